@@ -1,0 +1,86 @@
+"""The one error tree of releasebot.
+
+Every error says what the caller does next by its branch::
+
+    ReleasebotError
+    ├── TemporaryError          retry later (``retry_after`` says how soon)
+    │   ├── FeedUnavailableError     feed unreachable, timed out, 5xx, 429
+    │   └── StoreUnavailableError    the database cannot be reached right now
+    └── PermanentError          record it and tell a human; retrying will not help
+        ├── ConfigError              a setting is missing or invalid (names the key)
+        ├── FeedRejectedError        the feed answered 4xx: wrong URL or no access
+        ├── FeedFormatError          HTML, truncated JSON, wrong shape, bad version
+        ├── VersionError             a string is not a valid Flatcar or driver version
+        ├── InvalidTagError          a computed image tag breaks the OCI tag rule
+        └── StoreError               the database refused a write or is not migrated
+
+``FeedError`` is a mixin carrying the feed's name for the feed errors on both branches.
+Adapters translate third-party exceptions into these with ``raise ... from``; nothing from
+httpx, SQLAlchemy or another SDK escapes the adapter that caught it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class ReleasebotError(Exception):
+    """Base of every error releasebot raises on purpose. ``str()`` is one user-facing line."""
+
+
+class TemporaryError(ReleasebotError):
+    """The operation may succeed later; ``retry_after`` is the suggested delay."""
+
+    def __init__(self, message: str, *, retry_after: timedelta = timedelta(minutes=1)) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(ReleasebotError):
+    """Retrying the same operation will not help: a human has to change something."""
+
+
+class ConfigError(PermanentError):
+    """A configuration key is missing, unknown or invalid. The message names the key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"config: {key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+class VersionError(PermanentError):
+    """A string is not a version of the expected form."""
+
+
+class InvalidTagError(PermanentError):
+    """A computed image tag would not be a valid OCI tag."""
+
+
+class FeedError(ReleasebotError):
+    """Mixin for errors about one feed; ``feed`` is its configured name."""
+
+    def __init__(self, feed: str, problem: str, **kwargs: timedelta) -> None:
+        super().__init__(f"feed {feed}: {problem}", **kwargs)
+        self.feed = feed
+        self.problem = problem
+
+
+class FeedUnavailableError(FeedError, TemporaryError):
+    """The feed could not be read right now (network, timeout, 5xx, 429)."""
+
+
+class FeedRejectedError(FeedError, PermanentError):
+    """The feed answered with a 4xx status: the URL or the access is wrong."""
+
+
+class FeedFormatError(FeedError, PermanentError):
+    """The feed's body is not what the feed's format promises."""
+
+
+class StoreUnavailableError(TemporaryError):
+    """The state store cannot be reached right now."""
+
+
+class StoreError(PermanentError):
+    """The state store is misconfigured, not migrated, or refused the data."""

@@ -1,0 +1,113 @@
+"""The selection policy: which (driver, Flatcar release, arches) images must exist.
+
+Pure functions over what the feeds have ever shown (the store keeps vanished entries, so a
+release that disappears from its feed stays selectable). The policy never looks at the
+registry or at time: the same inputs always give the same plan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from releasebot.domain.models import DriverRelease, FlatcarRelease, PlannedTarget
+from releasebot.domain.versions import Arch, image_tag
+
+FLATCAR_CHANNELS = ("stable", "beta", "alpha", "lts")
+_LTS_STREAM_RE = re.compile(r"lts-(20[0-9]{2})")
+
+
+def is_flatcar_channel(name: str) -> bool:
+    """A channel feed releasebot knows: stable, beta, alpha, lts, or one LTS stream lts-YYYY."""
+    return name in FLATCAR_CHANNELS or _LTS_STREAM_RE.fullmatch(name) is not None
+
+
+@dataclass(frozen=True)
+class FlatcarPolicy:
+    channels: tuple[str, ...]
+    arches: frozenset[Arch]
+    keep: int
+
+
+@dataclass(frozen=True)
+class DriverPolicy:
+    branches: frozenset[str]
+    branch_types: frozenset[str]
+    """Lower-cased NVIDIA branch types (``lts branch``); matched case-insensitively."""
+    keep: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    flatcar: FlatcarPolicy
+    drivers: DriverPolicy
+
+
+def select_flatcar_releases(
+    releases: Iterable[FlatcarRelease], policy: FlatcarPolicy
+) -> list[FlatcarRelease]:
+    """The newest ``keep`` releases of one channel that offer at least one wanted arch."""
+    usable = [release for release in releases if release.arches & policy.arches]
+    usable.sort(key=lambda release: release.version, reverse=True)
+    return usable[: policy.keep]
+
+
+def select_drivers(drivers: Iterable[DriverRelease], policy: DriverPolicy) -> list[DriverRelease]:
+    """The newest ``keep`` versions of each selected branch, newest first."""
+    by_branch: dict[str, list[DriverRelease]] = {}
+    for driver in drivers:
+        if driver.branch in policy.branches or driver.branch_type in policy.branch_types:
+            by_branch.setdefault(driver.branch, []).append(driver)
+    selected: list[DriverRelease] = []
+    for branch_drivers in by_branch.values():
+        branch_drivers.sort(key=lambda driver: driver.version, reverse=True)
+        selected.extend(branch_drivers[: policy.keep])
+    selected.sort(key=lambda driver: driver.version, reverse=True)
+    return selected
+
+
+def plan_targets(
+    policy: Policy,
+    flatcar_by_channel: Mapping[str, Iterable[FlatcarRelease]],
+    drivers: Iterable[DriverRelease],
+) -> list[PlannedTarget]:
+    """Every image that must exist, ordered newest Flatcar first, then newest driver.
+
+    A release listed by two configured feeds (``lts`` and ``lts-2024``) is one target; its
+    ``feeds`` names both. Arches are what the release lists, the driver lists and the
+    configuration wants, all three; a pair with no arch in common is no target.
+    """
+    chosen: dict[str, tuple[FlatcarRelease, list[str]]] = {}
+    for channel in policy.flatcar.channels:
+        for release in select_flatcar_releases(flatcar_by_channel.get(channel, ()), policy.flatcar):
+            entry = chosen.setdefault(release.version.text, (release, []))
+            entry[1].append(channel)
+    selected_drivers = select_drivers(drivers, policy.drivers)
+    targets: list[PlannedTarget] = []
+    releases = sorted(chosen.values(), key=lambda item: item[0].version, reverse=True)
+    for release, feeds in releases:
+        for driver in selected_drivers:
+            arches = release.arches & driver.arches & policy.flatcar.arches
+            if not arches:
+                continue
+            targets.append(
+                PlannedTarget(
+                    tag=image_tag(driver.version, release.version),
+                    driver=driver,
+                    flatcar=release,
+                    arches=arches,
+                    feeds=tuple(feeds),
+                )
+            )
+    return targets
+
+
+def group_by_channel(
+    releases: Sequence[tuple[str, FlatcarRelease]],
+) -> dict[str, list[FlatcarRelease]]:
+    """Group ``(feed, release)`` pairs by the feed (channel) that listed them."""
+    grouped: dict[str, list[FlatcarRelease]] = {}
+    for channel, release in releases:
+        grouped.setdefault(channel, []).append(release)
+    return grouped

@@ -1,0 +1,36 @@
+"""Fixtures shared by every test package: the real upstream data, a fixed clock."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_DATA = REPO / "tests" / "data"
+SHARED_DATA = Path(os.environ.get("RELEASEBOT_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The real Flatcar and NVIDIA feed copies beside the checkout (``../shared/data``).
+
+    CI always has them; on a user's machine they may be missing, and then the tests that
+    replay real upstream data are skipped rather than failed.
+    """
+    if not (SHARED_DATA / "flatcar").is_dir():
+        pytest.skip(f"real upstream data not found at {SHARED_DATA} (set RELEASEBOT_SHARED_DATA)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def test_data() -> Path:
+    """The project's own small fixtures, in the upstream formats."""
+    return TEST_DATA
+
+
+@pytest.fixture
+def now() -> datetime:
+    return datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
