@@ -1,0 +1,303 @@
+"""Read a feed URL over HTTP(S) or from a local file: the real ``FeedFetcher`` adapter.
+
+Why it exists: feeds are polled often and change rarely, upstreams redirect and
+fail in the usual ways, and air-gapped users mirror them to disk. This adapter sends
+conditional requests when validators were seen, falls back to the body hash when a server
+sends none, retries a few transient failures of ONE poll (bounded, with an injected
+``sleep``), and turns every transport problem into the domain's error tree with a one-line
+message. No ``httpx`` exception escapes it.
+
+Deliberately not here: parsing (``sources/flatcar.py``, ``sources/nvidia.py``), retries
+across poll cycles (the service decides from the error's class), remembering validators
+(the store), and settings (the caller passes a ready ``httpx.Client`` and plain values).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import httpx
+
+from releasebot.domain.errors import (
+    FeedFormatError,
+    FeedRejectedError,
+    FeedUnavailableError,
+)
+from releasebot.domain.models import Validators
+from releasebot.domain.ports import FetchedBody, FetchResult, Unchanged
+from releasebot.sources._json import looks_like_html
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""Largest body accepted. The biggest real feed (beta) is ~1.1 MB; 64 MiB leaves decades of
+growth while stopping a runaway or decompression-bomb response from filling memory."""
+
+MAX_RETRIES = 10
+"""Upper bound for ``retries``: one poll must not turn into minutes of hammering."""
+
+MAX_ERROR_TEXT = 200
+"""Longest piece of third-party text (an exception message, a reason phrase) in an error."""
+
+MAX_REDIRECTS = 5
+"""Redirect hops ``make_http_client`` follows: old Flatcar hosts redirect once or twice."""
+
+MAX_RETRY_AFTER = timedelta(days=1)
+"""Longest Retry-After believed: a server asking for more still gets polled a day later."""
+
+Sleep = Callable[[timedelta], None]
+
+
+def _real_sleep(delay: timedelta) -> None:
+    time.sleep(delay.total_seconds())
+
+
+def make_http_client(
+    timeout: timedelta, user_agent: str, verify: bool | str = True
+) -> httpx.Client:
+    """An ``httpx.Client`` fit for polling feeds.
+
+    ``verify`` is ``True`` (system CAs), ``False`` (no TLS check: test mirrors only) or the
+    path of a CA bundle for a private mirror.
+    """
+    # httpx 0.28 deprecates a path in ``verify``; an SSL context is the supported spelling.
+    tls: bool | ssl.SSLContext = (
+        ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
+    )
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout.total_seconds()),
+        headers={"User-Agent": user_agent, "Accept": "application/json"},
+        verify=tls,
+        follow_redirects=True,
+        max_redirects=MAX_REDIRECTS,
+    )
+
+
+class HttpFeedFetcher:
+    """``FeedFetcher`` on an injected ``httpx.Client`` (``file://`` URLs are read from disk)."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        retries: int = 2,
+        sleep: Sleep = _real_sleep,
+        backoff: timedelta = timedelta(seconds=1),
+        max_backoff: timedelta = timedelta(seconds=10),
+    ) -> None:
+        """``retries`` extra attempts follow a transient failure, after ``backoff`` doubled
+        per attempt up to ``max_backoff`` (a Retry-After up to ``max_backoff`` wins)."""
+        if not 0 <= retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be between 0 and {MAX_RETRIES}, got {retries}")
+        self._client = client
+        self._max_bytes = max_bytes
+        self._retries = retries
+        self._sleep = sleep
+        self._backoff = backoff
+        self._max_backoff = max_backoff
+
+    def fetch(self, feed: str, url: str, validators: Validators | None) -> FetchResult:
+        old = validators or Validators()
+        scheme = urlsplit(url).scheme.lower()
+        if scheme == "file":
+            return self._read_file(feed, url, old)
+        if scheme not in ("http", "https"):
+            raise FeedRejectedError(feed, f"unsupported URL scheme {scheme!r} in {_safe(url)}")
+        headers: dict[str, str] = {}
+        if old.etag and _sendable(old.etag):
+            headers["If-None-Match"] = old.etag
+        if old.last_modified and _sendable(old.last_modified):
+            headers["If-Modified-Since"] = old.last_modified
+        requests = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            server_wait: timedelta | None = None
+            try:
+                status, answer, body, hops = self._get(feed, url, headers)
+            except FeedUnavailableError as exc:
+                requests += 1
+                error: FeedUnavailableError | None = exc
+            else:
+                requests += hops
+                error, server_wait = self._answer_error(feed, url, status, answer)
+            if error is None:
+                break
+            delay = min(self._backoff * 2 ** (attempt - 1), self._max_backoff)
+            if server_wait is not None:
+                delay = server_wait
+            if attempt > self._retries or delay > self._max_backoff:
+                # Out of attempts, or the server asked for a longer wait than one poll may
+                # spend: the error's retry_after hands that wait to the service.
+                if attempt > 1:
+                    final = FeedUnavailableError(
+                        feed,
+                        f"{error.problem} (after {attempt} attempts)",
+                        retry_after=error.retry_after,
+                    )
+                    raise final from error.__cause__ or error
+                raise error
+            self._sleep(delay)
+        new = Validators(etag=answer.get("ETag"), last_modified=answer.get("Last-Modified"))
+        if status == 304:
+            return Unchanged(
+                Validators(
+                    etag=new.etag or old.etag,
+                    last_modified=new.last_modified or old.last_modified,
+                    body_sha256=old.body_sha256,
+                ),
+                requests=requests,
+            )
+        _check_body(feed, body, answer.get("Content-Type", ""))
+        sha = hashlib.sha256(body).hexdigest()
+        fresh = Validators(new.etag, new.last_modified, sha)
+        if sha == old.body_sha256:
+            return Unchanged(fresh, requests=requests)
+        return FetchedBody(body, fresh, requests=requests)
+
+    def _get(
+        self, feed: str, url: str, headers: dict[str, str]
+    ) -> tuple[int, httpx.Headers, bytes, int]:
+        """One GET with redirects: status, headers, body (empty unless 2xx) and hop count.
+
+        Raises ``FeedUnavailableError`` for what a retry may fix, other feed errors otherwise.
+        """
+        try:
+            # follow_redirects per request: the adapter works even on a client built without it.
+            with self._client.stream("GET", url, headers=headers, follow_redirects=True) as resp:
+                body = b""
+                if 200 <= resp.status_code < 300:
+                    body = self._read_body(feed, resp)
+                return resp.status_code, resp.headers, body, len(resp.history) + 1
+        except httpx.TimeoutException as exc:
+            raise FeedUnavailableError(feed, f"timed out after {self._timeout(exc)}") from exc
+        except httpx.TooManyRedirects as exc:
+            raise FeedRejectedError(
+                feed, f"too many redirects from {_safe(url)} (a loop?) — check the feed URL"
+            ) from exc
+        except (httpx.ConnectError, httpx.ProxyError) as exc:
+            raise FeedUnavailableError(feed, f"unreachable: {_safe(url)}: {_trim(exc)}") from exc
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise FeedRejectedError(feed, f"invalid URL {_safe(url)}: {_trim(exc)}") from exc
+        except httpx.LocalProtocolError as exc:
+            raise FeedRejectedError(feed, f"could not send the request: {_trim(exc)}") from exc
+        except httpx.DecodingError as exc:
+            raise FeedFormatError(feed, f"could not decode the body: {_trim(exc)}") from exc
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            # Dropped connections, a body cut short of its Content-Length, protocol noise.
+            raise FeedUnavailableError(feed, f"connection failed: {_trim(exc)}") from exc
+
+    def _read_body(self, feed: str, response: httpx.Response) -> bytes:
+        declared = response.headers.get("Content-Length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > self._max_bytes:
+            raise FeedFormatError(feed, f"body of {declared} bytes is over {self._max_bytes}")
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > self._max_bytes:
+                raise FeedFormatError(feed, f"body is over {self._max_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _answer_error(
+        self, feed: str, url: str, status: int, headers: httpx.Headers
+    ) -> tuple[FeedUnavailableError | None, timedelta | None]:
+        """``(None, None)`` for a usable answer; a retryable error and the server's
+        Retry-After; or raise a permanent error."""
+        if 200 <= status < 300 or status == 304:
+            return None, None
+        reason = _reason(status)
+        if status in (408, 429) or 500 <= status < 600:
+            wait = _retry_after(headers.get("Retry-After"))
+            problem = "rate limited (HTTP 429)" if status == 429 else f"server error {status}"
+            if wait is None:
+                return FeedUnavailableError(feed, f"{problem} {reason}".rstrip()), None
+            return FeedUnavailableError(
+                feed, f"{problem} {reason}".rstrip(), retry_after=wait
+            ), wait
+        if 300 <= status < 400:
+            raise FeedRejectedError(
+                feed, f"HTTP {status} {reason} without a usable Location from {_safe(url)}"
+            )
+        raise FeedRejectedError(feed, f"HTTP {status} {reason} — check the feed URL")
+
+    def _timeout(self, exc: httpx.TimeoutException) -> str:
+        timeout = self._client.timeout
+        seconds = timeout.connect if isinstance(exc, httpx.ConnectTimeout) else timeout.read
+        return f"{seconds:g}s" if seconds is not None else "the client's timeout"
+
+    def _read_file(self, feed: str, url: str, old: Validators) -> FetchResult:
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            raise FeedRejectedError(feed, f"file URL with a host is not supported: {_safe(url)}")
+        path = Path(unquote(parts.path))
+        try:
+            if path.stat().st_size > self._max_bytes:
+                raise FeedFormatError(feed, f"{path} is over {self._max_bytes} bytes")
+            body = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise FeedRejectedError(feed, f"file not found: {path}") from exc
+        except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+            raise FeedRejectedError(feed, f"cannot read {path}: {exc.strerror}") from exc
+        except OSError as exc:
+            raise FeedUnavailableError(feed, f"cannot read {path}: {exc.strerror}") from exc
+        _check_body(feed, body, "")
+        sha = hashlib.sha256(body).hexdigest()
+        if sha == old.body_sha256:
+            return Unchanged(Validators(body_sha256=sha), requests=0)
+        return FetchedBody(body, Validators(body_sha256=sha), requests=0)
+
+
+def _check_body(feed: str, body: bytes, content_type: str) -> None:
+    if "html" in content_type.lower() or looks_like_html(body):
+        shown = f" (Content-Type {_trim(content_type)})" if content_type else ""
+        raise FeedFormatError(
+            feed, f"returned HTML, not JSON{shown} — an error or login page, or the wrong URL?"
+        )
+
+
+def _retry_after(value: str | None) -> timedelta | None:
+    """The Retry-After header as a delay: seconds or an HTTP date; ``None`` if absent/odd."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return min(timedelta(seconds=min(int(value), 10**9)), MAX_RETRY_AFTER)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return min(max(when - datetime.now(UTC), timedelta(0)), MAX_RETRY_AFTER)
+
+
+def _sendable(value: str) -> bool:
+    """A stored validator goes back into a header only if it is one line of printable ASCII
+    (a mangled one would otherwise fail every poll before it reached the server)."""
+    return value.isascii() and value.isprintable()
+
+
+def _reason(status: int) -> str:
+    return httpx.codes.get_reason_phrase(status)
+
+
+def _safe(url: str) -> str:
+    """The URL without user info, query or fragment, which may carry credentials."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return _trim(f"{parts.scheme}://{host}{parts.path}")
+
+
+def _trim(value: object) -> str:
+    text = " ".join(str(value).split())
+    if len(text) > MAX_ERROR_TEXT:
+        return text[: MAX_ERROR_TEXT - 1] + "…"
+    return text

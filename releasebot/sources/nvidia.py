@@ -1,0 +1,176 @@
+"""Turn NVIDIA's datacenter driver feed (``releases.json``) into ``DriverRelease`` values.
+
+The feed is one JSON object keyed by driver branch (``"580"``), each with a branch ``type``
+and a ``driver_info`` list (see ``docs/domain.md`` section 2). This module is the only
+place that looks inside it: it checks the shape of every release, maps NVIDIA's
+architecture names to Flatcar's (dropping ones releasebot never builds, like ``ppc64le``)
+and fingerprints each release so that an upstream edit is noticed.
+
+Deliberately not here: fetching (``sources/fetch.py``), choosing branches (the policy), and
+checking that a runfile URL still answers (a build step does, and a 404 there is permanent).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import TypedDict, cast
+
+from releasebot.domain.errors import FeedFormatError
+from releasebot.domain.models import DriverRelease
+from releasebot.domain.versions import Arch, DriverVersion, is_driver_branch
+from releasebot.sources._json import content_sha256, load_json_document, quote
+
+_DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+class RawDriverInfo(TypedDict):
+    """One element of a branch's ``driver_info``; only the fields releasebot reads.
+
+    ``release_notes`` is not read, but it is part of ``content_sha256``.
+    """
+
+    release_version: str
+    release_date: str | None
+    architectures: list[str]
+    runfile_url: dict[str, str]
+
+
+class RawBranch(TypedDict):
+    """One value of the feed object, keyed by the branch number."""
+
+    type: str
+    driver_info: list[object]
+
+
+def parse_nvidia_feed(feed: str, body: bytes) -> list[DriverRelease]:
+    """Every driver release the feed lists, oldest first (integer order, never string order).
+
+    Raises ``FeedFormatError`` naming the branch, the version and the field when anything is
+    off; one bad release rejects the whole body.
+    """
+    document = load_json_document(feed, body)
+    if not isinstance(document, dict):
+        raise FeedFormatError(
+            feed, f"expected a JSON object keyed by branch, got {type(document).__name__}"
+        )
+    releases: dict[str, DriverRelease] = {}
+    for branch, value in document.items():
+        if not is_driver_branch(branch):
+            raise FeedFormatError(
+                feed, f"key {quote(branch)} is not a driver branch (expected digits like 580)"
+            )
+        raw_branch = _check_branch(feed, branch, value)
+        branch_type = raw_branch["type"].strip().lower()
+        for index, entry in enumerate(raw_branch["driver_info"]):
+            release = _parse_release(feed, branch, branch_type, index, entry)
+            known = releases.get(release.version.text)
+            if known is not None and known.content_sha256 != release.content_sha256:
+                raise FeedFormatError(
+                    feed, f"branch {branch}: {release.version} is listed twice, differently"
+                )
+            # An identical duplicate is harmless; keep the first.
+            releases.setdefault(release.version.text, release)
+    return sorted(releases.values(), key=lambda release: release.version)
+
+
+def _check_branch(feed: str, branch: str, value: object) -> RawBranch:
+    if not isinstance(value, dict):
+        raise FeedFormatError(
+            feed, f"branch {branch}: expected an object, got {type(value).__name__}"
+        )
+    branch_type = value.get("type")
+    if not isinstance(branch_type, str) or not branch_type.strip():
+        raise FeedFormatError(
+            feed, f"branch {branch}: type: expected a branch type, got {quote(branch_type)}"
+        )
+    if not isinstance(value.get("driver_info"), list):
+        raise FeedFormatError(
+            feed,
+            f"branch {branch}: driver_info: expected a list, got {quote(value.get('driver_info'))}",
+        )
+    return cast(RawBranch, value)
+
+
+def _parse_release(
+    feed: str, branch: str, branch_type: str, index: int, entry: object
+) -> DriverRelease:
+    raw = _check_release(feed, branch, index, entry)
+    version = DriverVersion.parse(raw["release_version"])
+    where = f"branch {branch}: {version}"
+    if version.branch != branch:
+        raise FeedFormatError(feed, f"{where}: release_version is not in branch {branch}")
+    arches = frozenset(
+        arch for name in raw["architectures"] if (arch := Arch.from_nvidia(name)) is not None
+    )
+    urls = {
+        arch: url
+        for name, url in raw["runfile_url"].items()
+        if (arch := Arch.from_nvidia(name)) is not None
+    }
+    return DriverRelease(
+        version=version,
+        branch=branch,
+        branch_type=branch_type,
+        arches=arches,
+        released_on=_parse_date(feed, where, raw["release_date"]),
+        runfile_urls=tuple(sorted(urls.items(), key=lambda item: item[0].value)),
+        # The branch type is hashed too: a branch moving from "new feature" to "production"
+        # changes what the release means to the policy.
+        content_sha256=content_sha256({"type": branch_type, "release": entry}),
+    )
+
+
+def _check_release(feed: str, branch: str, index: int, entry: object) -> RawDriverInfo:
+    """Prove that ``entry`` has the ``RawDriverInfo`` shape, or say which field breaks it."""
+    if not isinstance(entry, dict):
+        raise FeedFormatError(
+            feed,
+            f"branch {branch}: driver_info[{index}]: expected an object, "
+            f"got {type(entry).__name__}",
+        )
+    version = entry.get("release_version")
+    if not isinstance(version, str) or not DriverVersion.is_valid(version):
+        raise FeedFormatError(
+            feed,
+            f"branch {branch}: driver_info[{index}]: release_version: expected a version "
+            f"like 580.178.04, got {quote(version)}",
+        )
+
+    def bad(field: str, expected: str, got: object) -> FeedFormatError:
+        return FeedFormatError(
+            feed, f"branch {branch}: {version}: {field}: expected {expected}, got {quote(got)}"
+        )
+
+    released = entry.get("release_date")
+    if not isinstance(released, str | None):
+        raise bad("release_date", "'YYYY-MM-DD' or ''", released)
+    arches = entry.get("architectures")
+    if not isinstance(arches, list) or not all(isinstance(name, str) for name in arches):
+        raise bad("architectures", 'a list of names like "x86_64"', arches)
+    # A release without runfile URLs is still a release: the URL follows a known pattern.
+    urls = entry.get("runfile_url", {})
+    if not isinstance(urls, dict) or not all(isinstance(url, str) for url in urls.values()):
+        raise bad("runfile_url", "an object of architecture -> URL", urls)
+    return {
+        "release_version": version,
+        "release_date": released,
+        "architectures": arches,
+        "runfile_url": urls,
+    }
+
+
+def _parse_date(feed: str, where: str, text: str | None) -> date | None:
+    # NVIDIA publishes some releases with "release_date": "" (see the sample feed).
+    if not text:
+        return None
+    if _DATE_RE.fullmatch(text) is None:
+        raise FeedFormatError(
+            feed, f"{where}: release_date: expected 'YYYY-MM-DD', got {quote(text)}"
+        )
+    try:
+        return date.fromisoformat(text)
+    except ValueError as exc:
+        raise FeedFormatError(
+            feed, f"{where}: release_date: not a real date: {quote(text)}"
+        ) from exc
