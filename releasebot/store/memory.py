@@ -1,0 +1,236 @@
+"""``MemoryStateStore``: the ``StateStore`` port in plain dicts, for dry runs and tests.
+
+It behaves as ``SqlStateStore`` does, and the same contract suite checks both: releases are
+keyed by version and never forgotten, each feed remembers which versions it listed and
+whether it still does, targets keep their state and first-planned time across plans. Times
+are normalised to UTC as the database adapter reads them back, and a naive time is refused
+with the same ``StoreError``.
+
+Each method holds one lock, as each SQL method is one transaction. Nothing is persisted:
+the state is gone when the process ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from releasebot.domain.errors import StoreError
+from releasebot.domain.models import (
+    DriverRelease,
+    FeedState,
+    FlatcarRelease,
+    PlannedTarget,
+    TargetRecord,
+    Validators,
+)
+from releasebot.store.tables import fit_error
+
+Release = TypeVar("Release", FlatcarRelease, DriverRelease)
+
+
+@dataclass
+class _Entry:
+    """That a feed lists (or listed) a version; mirrors a ``*_feed_entries`` row."""
+
+    first_seen_at: datetime
+    last_seen_at: datetime
+    present: bool
+
+
+class MemoryStateStore:
+    """The state store in memory; every instance starts empty."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._feeds: dict[str, FeedState] = {}
+        self._flatcar: dict[str, FlatcarRelease] = {}
+        self._drivers: dict[str, DriverRelease] = {}
+        self._flatcar_entries: dict[str, dict[str, _Entry]] = {}
+        self._driver_entries: dict[str, dict[str, _Entry]] = {}
+        self._targets: dict[str, TargetRecord] = {}
+
+    def feed_state(self, feed: str) -> FeedState | None:
+        with self._lock:
+            return self._feeds.get(feed)
+
+    def feed_states(self) -> list[FeedState]:
+        with self._lock:
+            return [self._feeds[name] for name in sorted(self._feeds)]
+
+    def record_flatcar_feed(
+        self,
+        feed: str,
+        url: str,
+        releases: Sequence[FlatcarRelease],
+        validators: Validators,
+        now: datetime,
+    ) -> None:
+        now = _utc(now)
+        listed = {
+            release.version.text: replace(release, released_at=_utc_or_none(release.released_at))
+            for release in releases
+        }
+        with self._lock:
+            seen_before = self._record_body(feed, url, validators, now)
+            entries = self._flatcar_entries.setdefault(feed, {})
+            _merge(self._flatcar, entries, listed, now, seen_before)
+
+    def record_driver_feed(
+        self,
+        feed: str,
+        url: str,
+        drivers: Sequence[DriverRelease],
+        validators: Validators,
+        now: datetime,
+    ) -> None:
+        now = _utc(now)
+        listed = {driver.version.text: driver for driver in drivers}
+        with self._lock:
+            seen_before = self._record_body(feed, url, validators, now)
+            entries = self._driver_entries.setdefault(feed, {})
+            _merge(self._drivers, entries, listed, now, seen_before)
+
+    def record_feed_unchanged(
+        self, feed: str, url: str, validators: Validators, now: datetime
+    ) -> None:
+        now = _utc(now)
+        with self._lock:
+            old = self._feeds.get(feed) or _new_feed(feed, url)
+            kept = old.validators
+            fresh = Validators(
+                etag=_newer(validators.etag, kept.etag),
+                last_modified=_newer(validators.last_modified, kept.last_modified),
+                body_sha256=_newer(validators.body_sha256, kept.body_sha256),
+            )
+            self._feeds[feed] = replace(
+                old,
+                validators=fresh,
+                last_polled_at=now,
+                last_success_at=now,
+                consecutive_failures=0,
+            )
+
+    def record_feed_failure(self, feed: str, url: str, error: str, now: datetime) -> None:
+        now = _utc(now)
+        with self._lock:
+            old = self._feeds.get(feed) or _new_feed(feed, url)
+            self._feeds[feed] = replace(
+                old,
+                last_polled_at=now,
+                last_error=fit_error(error),
+                last_error_at=now,
+                consecutive_failures=old.consecutive_failures + 1,
+            )
+
+    def flatcar_releases(self, feed: str) -> list[FlatcarRelease]:
+        with self._lock:
+            entries = self._flatcar_entries.get(feed, {})
+            return sorted((self._flatcar[v] for v in entries), key=lambda r: r.version)
+
+    def driver_releases(self, feed: str) -> list[DriverRelease]:
+        with self._lock:
+            entries = self._driver_entries.get(feed, {})
+            return sorted((self._drivers[v] for v in entries), key=lambda r: r.version)
+
+    def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
+        now = _utc(now)
+        wanted = [TargetRecord.from_planned(target, now=now) for target in planned]
+        tags = {record.tag for record in wanted}
+        if len(tags) != len(wanted):
+            raise ValueError("sync_targets: the plan lists a tag twice")
+        with self._lock:
+            result: list[TargetRecord] = []
+            for record in wanted:
+                old = self._targets.get(record.tag)
+                if old is not None and old.same_plan(record):
+                    record = old
+                elif old is not None:
+                    record = replace(record, state=old.state, first_planned_at=old.first_planned_at)
+                self._targets[record.tag] = record
+                result.append(record)
+            for tag, old in self._targets.items():
+                if old.required and tag not in tags:
+                    self._targets[tag] = replace(old, required=False, updated_at=now)
+            return result
+
+    def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
+        with self._lock:
+            return [
+                self._targets[tag]
+                for tag in sorted(self._targets)
+                if self._targets[tag].required or not required_only
+            ]
+
+    def _record_body(self, feed: str, url: str, validators: Validators, now: datetime) -> datetime:
+        """Update the feed's state for a changed body; return its previous last success."""
+        old = self._feeds.get(feed) or _new_feed(feed, url)
+        self._feeds[feed] = replace(
+            old,
+            url=url,
+            validators=validators,
+            last_polled_at=now,
+            last_success_at=now,
+            last_changed_at=now,
+            consecutive_failures=0,
+        )
+        return old.last_success_at or now
+
+
+def _merge(
+    known: dict[str, Release],
+    entries: dict[str, _Entry],
+    listed: Mapping[str, Release],
+    now: datetime,
+    seen_before: datetime,
+) -> None:
+    """Store the releases one body lists, and which of the feed's entries it still lists.
+
+    A release is replaced only when its digest changed; an entry that vanishes keeps as
+    ``last_seen_at`` the feed's last success before this body (``seen_before``).
+    """
+    for version, release in listed.items():
+        old = known.get(version)
+        if old is None or old.content_sha256 != release.content_sha256:
+            known[version] = release
+        entry = entries.get(version)
+        if entry is None:
+            entries[version] = _Entry(first_seen_at=now, last_seen_at=now, present=True)
+        elif not entry.present:
+            entry.present, entry.last_seen_at = True, now
+    for version, entry in entries.items():
+        if entry.present and version not in listed:
+            entry.present, entry.last_seen_at = False, seen_before
+
+
+def _new_feed(feed: str, url: str) -> FeedState:
+    return FeedState(
+        name=feed,
+        url=url,
+        validators=Validators(),
+        last_polled_at=None,
+        last_success_at=None,
+        last_changed_at=None,
+        last_error=None,
+        last_error_at=None,
+        consecutive_failures=0,
+    )
+
+
+def _newer(fresh: str | None, kept: str | None) -> str | None:
+    return kept if fresh is None else fresh
+
+
+def _utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise StoreError(
+            f"state store: naive datetime {moment.isoformat()} given to the state store"
+        )
+    return moment.astimezone(UTC)
+
+
+def _utc_or_none(moment: datetime | None) -> datetime | None:
+    return None if moment is None else _utc(moment)

@@ -1,0 +1,145 @@
+"""Schema migrations, driven from code: no ``alembic.ini``, no ``alembic`` command needed.
+
+``releasebot db upgrade`` and the service's start-up call these functions with an engine
+(or a URL). The Alembic environment and revisions live in the top-level ``migrations/``
+folder of the repository; the wheel ships the same folder as ``releasebot/_migrations``
+(``pyproject.toml`` force-includes it), so an installed releasebot finds them without the
+source tree.
+
+Every migration runs inside one transaction on one connection (PostgreSQL and SQLite both
+have transactional DDL): a failed upgrade leaves the previous schema in place. As in the
+store adapter, SQLAlchemy and Alembic errors come out as ``StoreError`` or
+``StoreUnavailableError``. This module does not decide *when* to migrate; the caller does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, Engine, exc, text
+from sqlalchemy.engine import URL
+
+from releasebot.domain.errors import StoreError
+from releasebot.store.engine import WRITE, make_engine, translate_error
+
+if TYPE_CHECKING:  # Alembic is imported only when a migration really runs (start-up cost)
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+EngineOrUrl = Engine | URL | str
+
+HEAD_REVISION = "0001"
+"""The newest revision in ``migrations/versions``; a test keeps the two in step. Knowing it
+without Alembic lets every start-up check the schema with one cheap query."""
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def migrations_dir() -> Path:
+    """The folder holding ``env.py`` and ``versions/``: the packaged copy, else the source's."""
+    candidates = (_PACKAGE / "_migrations", _PACKAGE.parent / "migrations")
+    for candidate in candidates:
+        if (candidate / "env.py").is_file():
+            return candidate
+    looked = ", ".join(str(candidate) for candidate in candidates)
+    raise StoreError(f"state store: migrations not found (looked in {looked})")
+
+
+def upgrade(engine_or_url: EngineOrUrl, revision: str = "head") -> None:
+    """Migrate the database up to ``revision`` (the newest schema by default)."""
+    from alembic import command
+
+    with _connection(engine_or_url, write=True) as conn:
+        _run(lambda config: command.upgrade(config, revision), conn)
+
+
+def downgrade(engine_or_url: EngineOrUrl, revision: str) -> None:
+    """Migrate the database down to ``revision`` (``base`` drops every table releasebot made)."""
+    from alembic import command
+
+    with _connection(engine_or_url, write=True) as conn:
+        _run(lambda config: command.downgrade(config, revision), conn)
+
+
+def current_revision(engine_or_url: EngineOrUrl) -> str | None:
+    """The revision the database is at; ``None`` for an empty (never migrated) database."""
+    from alembic.runtime.migration import MigrationContext
+
+    with _connection(engine_or_url) as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str | None:
+    """The newest revision this releasebot ships."""
+    return _scripts().get_current_head()
+
+
+def is_at_head(engine_or_url: EngineOrUrl) -> bool:
+    """True when the database has exactly the schema this releasebot expects.
+
+    One plain query against Alembic's version table, without importing Alembic.
+    """
+    with _connection(engine_or_url) as conn:
+        if not _has_table(conn, "alembic_version"):
+            return False
+        current = {row[0] for row in conn.execute(text("SELECT version_num FROM alembic_version"))}
+    return current == {HEAD_REVISION}
+
+
+def _has_table(conn: Connection, name: str) -> bool:
+    return conn.dialect.has_table(conn, name)
+
+
+def _config(conn: Connection | None = None) -> Config:
+    from alembic.config import Config
+
+    config = Config()
+    # configparser interpolates '%': a path holding one must be escaped.
+    config.set_main_option("script_location", str(migrations_dir()).replace("%", "%%"))
+    config.set_main_option("path_separator", "os")
+    # env.py runs on this connection, inside the caller's transaction.
+    config.attributes["connection"] = conn
+    return config
+
+
+def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_config())
+
+
+def _run(step: Callable[[Config], None], conn: Connection) -> None:
+    from alembic.util import CommandError
+
+    try:
+        step(_config(conn))
+    except CommandError as error:  # an unknown revision, several heads…
+        raise StoreError(f"state store: migration: {error}") from error
+
+
+@contextmanager
+def _connection(engine_or_url: EngineOrUrl, *, write: bool = False) -> Iterator[Connection]:
+    """A connection in a transaction, committed if the block succeeds."""
+    if isinstance(engine_or_url, Engine):
+        engine, owned = engine_or_url, False
+    else:
+        engine, owned = make_engine(engine_or_url), True
+    try:
+        try:
+            conn = engine.connect()
+        except exc.SQLAlchemyError as error:
+            raise translate_error(error, engine.url, connecting=True) from error
+        try:
+            with conn:
+                if write:
+                    conn.execution_options(**{WRITE: True})
+                with conn.begin():
+                    yield conn
+        except exc.SQLAlchemyError as error:
+            raise translate_error(error, engine.url) from error
+    finally:
+        if owned:
+            engine.dispose()

@@ -1,0 +1,398 @@
+"""``SqlStateStore``: the ``StateStore`` port on SQLite or PostgreSQL through SQLAlchemy Core.
+
+Each method is one transaction on one connection. Writes are planned in Python from one
+SELECT per table and then sent as at most one executemany statement per kind of change
+(insert, update), so the first poll of ~600 releases costs a handful of round trips, and a
+repeat of what is already stored writes nothing but the feed's row.
+
+Every SQLAlchemy error is translated at this boundary (``engine.translate_error``): callers
+see ``StoreUnavailableError`` (retry later) or ``StoreError`` (tell a human), never a
+SQLAlchemy exception. This module does not create or migrate the schema (``migrate.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, Table, bindparam, exc, insert, or_, select, update
+
+from releasebot.domain.models import (
+    DriverRelease,
+    FeedState,
+    FlatcarRelease,
+    PlannedTarget,
+    TargetRecord,
+    TargetState,
+    Validators,
+)
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.store.engine import WRITE, translate_error
+from releasebot.store.tables import (
+    driver_feed_entries,
+    driver_releases,
+    feeds,
+    fit_error,
+    flatcar_feed_entries,
+    flatcar_releases,
+    join_arches,
+    split_arches,
+    targets,
+)
+
+Values = dict[str, Any]
+
+
+class SqlStateStore:
+    """The state store in a relational database; build the engine with ``make_engine``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def feed_state(self, feed: str) -> FeedState | None:
+        with self._transaction() as conn:
+            row = conn.execute(select(feeds).where(feeds.c.name == feed)).one_or_none()
+        return None if row is None else _feed_state(row)
+
+    def feed_states(self) -> list[FeedState]:
+        with self._transaction() as conn:
+            rows = conn.execute(select(feeds)).all()
+        # Sorted here, not by ORDER BY: PostgreSQL's collation may ignore punctuation.
+        return sorted((_feed_state(row) for row in rows), key=lambda state: state.name)
+
+    def record_flatcar_feed(
+        self,
+        feed: str,
+        url: str,
+        releases: Sequence[FlatcarRelease],
+        validators: Validators,
+        now: datetime,
+    ) -> None:
+        rows = {release.version.text: _flatcar_values(release) for release in releases}
+        with self._transaction(write=True) as conn:
+            _record_body(
+                conn, feed, url, validators, now, rows, flatcar_releases, flatcar_feed_entries
+            )
+
+    def record_driver_feed(
+        self,
+        feed: str,
+        url: str,
+        drivers: Sequence[DriverRelease],
+        validators: Validators,
+        now: datetime,
+    ) -> None:
+        rows = {driver.version.text: _driver_values(driver) for driver in drivers}
+        with self._transaction(write=True) as conn:
+            _record_body(
+                conn, feed, url, validators, now, rows, driver_releases, driver_feed_entries
+            )
+
+    def record_feed_unchanged(
+        self, feed: str, url: str, validators: Validators, now: datetime
+    ) -> None:
+        with self._transaction(write=True) as conn:
+            old = _feed_row(conn, feed)
+            kept = Validators() if old is None else _validators(old)
+            _save_feed(
+                conn,
+                feed,
+                url,
+                exists=old is not None,
+                etag=_newer(validators.etag, kept.etag),
+                last_modified=_newer(validators.last_modified, kept.last_modified),
+                body_sha256=_newer(validators.body_sha256, kept.body_sha256),
+                last_polled_at=now,
+                last_success_at=now,
+                consecutive_failures=0,
+            )
+
+    def record_feed_failure(self, feed: str, url: str, error: str, now: datetime) -> None:
+        with self._transaction(write=True) as conn:
+            old = _feed_row(conn, feed)
+            _save_feed(
+                conn,
+                feed,
+                url,
+                exists=old is not None,
+                last_polled_at=now,
+                last_error=fit_error(error),
+                last_error_at=now,
+                consecutive_failures=1 if old is None else old.consecutive_failures + 1,
+            )
+
+    def flatcar_releases(self, feed: str) -> list[FlatcarRelease]:
+        with self._transaction() as conn:
+            rows = _listed(conn, flatcar_releases, flatcar_feed_entries, feed)
+        return sorted((_flatcar_release(row) for row in rows), key=lambda r: r.version)
+
+    def driver_releases(self, feed: str) -> list[DriverRelease]:
+        with self._transaction() as conn:
+            rows = _listed(conn, driver_releases, driver_feed_entries, feed)
+        return sorted((_driver_release(row) for row in rows), key=lambda r: r.version)
+
+    def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
+        wanted = [TargetRecord.from_planned(target, now=now) for target in planned]
+        tags = {record.tag for record in wanted}
+        if len(tags) != len(wanted):
+            raise ValueError("sync_targets: the plan lists a tag twice")
+        with self._transaction(write=True) as conn:
+            query = select(targets).where(
+                or_(targets.c.required.is_(True), targets.c.tag.in_(tags))
+            )
+            stored = {row.tag: _target_record(row) for row in conn.execute(query)}
+            result: list[TargetRecord] = []
+            inserts: list[Values] = []
+            updates: list[Values] = []
+            for record in wanted:
+                old = stored.get(record.tag)
+                if old is None:
+                    inserts.append(_target_values(record))
+                elif old.same_plan(record):
+                    record = old
+                else:
+                    record = replace(record, state=old.state, first_planned_at=old.first_planned_at)
+                    updates.append(_target_values(record))
+                result.append(record)
+            for old in stored.values():
+                if old.required and old.tag not in tags:
+                    updates.append(_target_values(replace(old, required=False, updated_at=now)))
+            _insert(conn, targets, inserts)
+            _update(conn, targets, ("tag",), updates)
+        return result
+
+    def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
+        query = select(targets)
+        if required_only:
+            query = query.where(targets.c.required.is_(True))
+        with self._transaction() as conn:
+            records = [_target_record(row) for row in conn.execute(query)]
+        return sorted(records, key=lambda record: record.tag)
+
+    @contextmanager
+    def _transaction(self, *, write: bool = False) -> Iterator[Connection]:
+        """One transaction; SQLAlchemy errors come out as releasebot's store errors."""
+        url = self._engine.url
+        try:
+            conn = self._engine.connect()
+        except exc.SQLAlchemyError as error:
+            raise translate_error(error, url, connecting=True) from error
+        try:
+            with conn:
+                if write:
+                    conn.execution_options(**{WRITE: True})
+                with conn.begin():
+                    yield conn
+        except exc.SQLAlchemyError as error:
+            raise translate_error(error, url) from error
+
+
+def _record_body(
+    conn: Connection,
+    feed: str,
+    url: str,
+    validators: Validators,
+    now: datetime,
+    rows: Mapping[str, Values],
+    releases: Table,
+    entries: Table,
+) -> None:
+    """Store one changed feed body: ``rows`` are the releases it lists, by version."""
+    old = _feed_row(conn, feed)
+    # Every successful poll since the last changed body saw that same body, so the last
+    # success is when an entry missing from this body was last listed.
+    seen_before = now if old is None or old.last_success_at is None else old.last_success_at
+    _save_feed(
+        conn,
+        feed,
+        url,
+        exists=old is not None,
+        url=url,
+        etag=validators.etag,
+        last_modified=validators.last_modified,
+        body_sha256=validators.body_sha256,
+        last_polled_at=now,
+        last_success_at=now,
+        last_changed_at=now,
+        consecutive_failures=0,
+    )
+
+    known = select(releases.c.version, releases.c.content_sha256)
+    digests: dict[str, str] = {
+        version: digest
+        for version, digest in conn.execute(known.where(releases.c.version.in_(list(rows))))
+    }
+    new = [v for v in rows if v not in digests]
+    edited = [v for v in rows if v in digests and digests[v] != rows[v]["content_sha256"]]
+    _insert(conn, releases, [{**rows[v], "first_seen_at": now, "updated_at": now} for v in new])
+    _update(conn, releases, ("version",), [{**rows[v], "updated_at": now} for v in edited])
+
+    listed = select(entries.c.version, entries.c.present).where(entries.c.feed == feed)
+    present: dict[str, bool] = {version: shown for version, shown in conn.execute(listed)}
+    first = {"feed": feed, "first_seen_at": now, "last_seen_at": now, "present": True}
+    _insert(conn, entries, [{**first, "version": v} for v in rows if v not in present])
+    # Entries still present are left alone: a repeated body writes only the feed row.
+    back = [
+        {"feed": feed, "version": v, "last_seen_at": now, "present": True}
+        for v in rows
+        if present.get(v) is False
+    ]
+    gone = [
+        {"feed": feed, "version": v, "last_seen_at": seen_before, "present": False}
+        for v, was_present in present.items()
+        if was_present and v not in rows
+    ]
+    _update(conn, entries, ("feed", "version"), back + gone)
+
+
+def _insert(conn: Connection, table: Table, rows: list[Values]) -> None:
+    if rows:
+        conn.execute(insert(table), rows)
+
+
+def _update(conn: Connection, table: Table, keys: tuple[str, ...], rows: list[Values]) -> None:
+    """Update ``rows`` found by their ``keys`` columns in one executemany statement.
+
+    The SET clause is every other key of the first row, so all rows carry the same keys.
+    """
+    if not rows:
+        return
+    statement = update(table)
+    for name in keys:
+        statement = statement.where(table.c[name] == bindparam(f"key_{name}"))
+    params = [
+        {**{f"key_{n}": row[n] for n in keys}, **{k: v for k, v in row.items() if k not in keys}}
+        for row in rows
+    ]
+    conn.execute(statement, params)
+
+
+def _listed(conn: Connection, releases: Table, entries: Table, feed: str) -> list[Row[Any]]:
+    joined = releases.join(entries, entries.c.version == releases.c.version)
+    return list(conn.execute(select(releases).select_from(joined).where(entries.c.feed == feed)))
+
+
+def _feed_row(conn: Connection, feed: str) -> Row[Any] | None:
+    return conn.execute(select(feeds).where(feeds.c.name == feed)).one_or_none()
+
+
+def _save_feed(conn: Connection, feed: str, first_url: str, *, exists: bool, **values: Any) -> None:
+    """Update the feed's row with ``values``, or create it at ``first_url`` if it is new.
+
+    Only a changed body moves ``url`` of an existing row (it passes ``url`` in ``values``):
+    the row's URL says where its validators came from.
+    """
+    if exists:
+        conn.execute(update(feeds).where(feeds.c.name == feed).values(values))
+    else:
+        conn.execute(insert(feeds).values({"name": feed, "url": first_url, **values}))
+
+
+def _newer(fresh: str | None, kept: str | None) -> str | None:
+    """A validator from the latest answer if it carried one, else the one kept."""
+    return kept if fresh is None else fresh
+
+
+def _validators(row: Row[Any]) -> Validators:
+    return Validators(etag=row.etag, last_modified=row.last_modified, body_sha256=row.body_sha256)
+
+
+def _feed_state(row: Row[Any]) -> FeedState:
+    return FeedState(
+        name=row.name,
+        url=row.url,
+        validators=_validators(row),
+        last_polled_at=row.last_polled_at,
+        last_success_at=row.last_success_at,
+        last_changed_at=row.last_changed_at,
+        last_error=row.last_error,
+        last_error_at=row.last_error_at,
+        consecutive_failures=row.consecutive_failures,
+    )
+
+
+def _flatcar_values(release: FlatcarRelease) -> Values:
+    major, minor, patch = release.version.key
+    return {
+        "version": release.version.text,
+        "major": major,
+        "minor": minor,
+        "patch": patch,
+        "channel": release.channel,
+        "arches": join_arches(release.arches),
+        "kernel": release.kernel,
+        "released_at": release.released_at,
+        "content_sha256": release.content_sha256,
+    }
+
+
+def _flatcar_release(row: Row[Any]) -> FlatcarRelease:
+    return FlatcarRelease(
+        version=FlatcarVersion.parse(row.version),
+        channel=row.channel,
+        arches=frozenset(split_arches(row.arches)),
+        kernel=row.kernel,
+        released_at=row.released_at,
+        content_sha256=row.content_sha256,
+    )
+
+
+def _driver_values(driver: DriverRelease) -> Values:
+    return {
+        "version": driver.version.text,
+        "branch": driver.branch,
+        "branch_type": driver.branch_type,
+        "arches": join_arches(driver.arches),
+        "released_on": driver.released_on,
+        # A list of [arch, url] pairs keeps the feed's order, which a JSON object would not.
+        "runfile_urls": json.dumps([[arch.value, url] for arch, url in driver.runfile_urls]),
+        "content_sha256": driver.content_sha256,
+    }
+
+
+def _driver_release(row: Row[Any]) -> DriverRelease:
+    return DriverRelease(
+        version=DriverVersion.parse(row.version),
+        branch=row.branch,
+        branch_type=row.branch_type,
+        arches=frozenset(split_arches(row.arches)),
+        released_on=row.released_on,
+        runfile_urls=tuple((Arch(arch), url) for arch, url in json.loads(row.runfile_urls)),
+        content_sha256=row.content_sha256,
+    )
+
+
+def _target_values(record: TargetRecord) -> Values:
+    return {
+        "tag": record.tag,
+        "driver_version": record.driver_version,
+        "driver_branch": record.driver_branch,
+        "flatcar_version": record.flatcar_version,
+        "flatcar_channel": record.flatcar_channel,
+        "kernel": record.kernel,
+        "arches": join_arches(record.arches),
+        "state": record.state.value,
+        "required": record.required,
+        "first_planned_at": record.first_planned_at,
+        "updated_at": record.updated_at,
+    }
+
+
+def _target_record(row: Row[Any]) -> TargetRecord:
+    return TargetRecord(
+        tag=row.tag,
+        driver_version=row.driver_version,
+        driver_branch=row.driver_branch,
+        flatcar_version=row.flatcar_version,
+        flatcar_channel=row.flatcar_channel,
+        kernel=row.kernel,
+        arches=split_arches(row.arches),
+        state=TargetState(row.state),
+        required=row.required,
+        first_planned_at=row.first_planned_at,
+        updated_at=row.updated_at,
+    )

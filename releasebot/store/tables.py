@@ -1,0 +1,197 @@
+"""The state store's schema as SQLAlchemy Core tables: the one source the migrations follow.
+
+Columns stay portable between SQLite and PostgreSQL: text, integers, booleans, dates and
+``DateTime(timezone=True)`` through ``UtcDateTime``, which writes UTC and hands back aware
+UTC datetimes (SQLite keeps no time zone; PostgreSQL answers in the session's zone).
+Lists are stored as text (arches comma-separated, runfile URLs as JSON) rather than as
+database-specific array or JSON types.
+
+This module declares; it does not query (``sql.py``) and does not change a live schema
+(``migrations/``, checked against ``metadata`` by the migration tests for drift).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Date,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.types import TypeDecorator
+
+from releasebot.domain.versions import Arch, sorted_arches
+
+# Explicit constraint names, so that migrations can name what they alter or drop, and
+# SQLite's batch mode (which recreates tables) keeps the same names as PostgreSQL.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ERROR_MAX_CHARS = 1000
+"""How much of a poll error is kept: enough for an HTTP status and a reason line, never a
+whole response body (bodies can be megabytes and may carry secrets)."""
+
+VERSION_LENGTH = 32
+"""Flatcar versions are at most 29 characters (three 9-digit parts), driver versions 20."""
+
+TAG_LENGTH = 128
+"""The OCI distribution spec's limit for a tag."""
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back as an aware UTC ``datetime``.
+
+    Naive datetimes are refused: the domain only uses aware UTC times, so a naive one is a
+    bug that would otherwise be stored silently shifted.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value.isoformat()} given to the state store")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):  # pragma: no cover - drivers always parse it
+            raise TypeError(f"expected a datetime from the database, got {type(value)!r}")
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def fit_error(error: str) -> str:
+    """``error`` as the store keeps it: at most ``ERROR_MAX_CHARS``, no NUL characters.
+
+    PostgreSQL text cannot hold NUL, and third-party messages occasionally carry one.
+    """
+    text = error.replace("\x00", "\ufffd")
+    if len(text) > ERROR_MAX_CHARS:
+        text = text[: ERROR_MAX_CHARS - 1] + "…"
+    return text
+
+
+def join_arches(arches: frozenset[Arch] | tuple[Arch, ...]) -> str:
+    """Arches as an ``arches`` column holds them: sorted, comma-separated (``amd64,arm64``)."""
+    return ",".join(arch.value for arch in sorted_arches(frozenset(arches)))
+
+
+def split_arches(text: str) -> tuple[Arch, ...]:
+    return tuple(Arch(part) for part in text.split(",") if part)
+
+
+feeds = Table(
+    "feeds",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("etag", Text),
+    Column("last_modified", Text),
+    Column("body_sha256", Text),
+    Column("last_polled_at", UtcDateTime),
+    Column("last_success_at", UtcDateTime),
+    Column("last_changed_at", UtcDateTime),
+    Column("last_error", String(ERROR_MAX_CHARS)),
+    Column("last_error_at", UtcDateTime),
+    Column("consecutive_failures", Integer, nullable=False),
+)
+
+flatcar_releases = Table(
+    "flatcar_releases",
+    metadata,
+    Column("version", String(VERSION_LENGTH), primary_key=True),
+    # The version's parts, so that SQL (and a human at a psql prompt) can order releases
+    # as integer tuples: text order puts 4081.3.10 before 4081.3.2.
+    Column("major", Integer, nullable=False),
+    Column("minor", Integer, nullable=False),
+    Column("patch", Integer, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("arches", Text, nullable=False),
+    Column("kernel", Text, nullable=False),
+    Column("released_at", UtcDateTime),
+    Column("content_sha256", Text, nullable=False),
+    Column("first_seen_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+flatcar_feed_entries = Table(
+    "flatcar_feed_entries",
+    metadata,
+    Column("feed", Text, ForeignKey(feeds.c.name), primary_key=True),
+    Column(
+        "version",
+        String(VERSION_LENGTH),
+        ForeignKey(flatcar_releases.c.version),
+        primary_key=True,
+    ),
+    Column("first_seen_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+    Column("present", Boolean, nullable=False),
+)
+
+driver_releases = Table(
+    "driver_releases",
+    metadata,
+    Column("version", String(VERSION_LENGTH), primary_key=True),
+    Column("branch", Text, nullable=False),
+    Column("branch_type", Text, nullable=False),
+    Column("arches", Text, nullable=False),
+    Column("released_on", Date),
+    Column("runfile_urls", Text, nullable=False),
+    Column("content_sha256", Text, nullable=False),
+    Column("first_seen_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+driver_feed_entries = Table(
+    "driver_feed_entries",
+    metadata,
+    Column("feed", Text, ForeignKey(feeds.c.name), primary_key=True),
+    Column(
+        "version",
+        String(VERSION_LENGTH),
+        ForeignKey(driver_releases.c.version),
+        primary_key=True,
+    ),
+    Column("first_seen_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+    Column("present", Boolean, nullable=False),
+)
+
+targets = Table(
+    "targets",
+    metadata,
+    Column("tag", String(TAG_LENGTH), primary_key=True),
+    Column("driver_version", String(VERSION_LENGTH), nullable=False),
+    Column("driver_branch", Text, nullable=False),
+    Column("flatcar_version", String(VERSION_LENGTH), nullable=False),
+    Column("flatcar_channel", Text, nullable=False),
+    Column("kernel", Text, nullable=False),
+    Column("arches", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("required", Boolean, nullable=False),
+    Column("first_planned_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
