@@ -1,0 +1,169 @@
+"""Use case: poll every feed, remember what it said, and plan the targets.
+
+One feed failing never stops the others: its error is recorded, its last good data stays in
+the store and keeps feeding the plan. The plan itself is computed from the store (every
+release ever seen), not from this poll's bodies, so a feed that answered 304 or failed
+costs nothing and loses nothing.
+
+This module does not print: it reports each feed's outcome to a callback and returns a
+``PlanResult``; the CLI decides how to show it.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from releasebot.domain.errors import ReleasebotError
+from releasebot.domain.models import DriverRelease, FlatcarRelease, TargetRecord
+from releasebot.domain.policy import Policy, plan_targets, select_drivers
+from releasebot.domain.ports import FeedFetcher, FetchedBody, StateStore
+from releasebot.sources.flatcar import parse_flatcar_feed
+from releasebot.sources.nvidia import parse_nvidia_feed
+
+NVIDIA_FEED = "nvidia"
+
+
+def flatcar_feed_name(channel: str) -> str:
+    return f"flatcar/{channel}"
+
+
+class FeedKind(enum.Enum):
+    FLATCAR = "flatcar"
+    NVIDIA = "nvidia"
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    """One feed to poll: its name in the store, its URL and which parser reads it."""
+
+    name: str
+    url: str
+    kind: FeedKind
+    channel: str = ""
+
+    @classmethod
+    def flatcar(cls, channel: str, url: str) -> FeedSpec:
+        return cls(flatcar_feed_name(channel), url, FeedKind.FLATCAR, channel)
+
+    @classmethod
+    def nvidia(cls, url: str) -> FeedSpec:
+        return cls(NVIDIA_FEED, url, FeedKind.NVIDIA)
+
+
+class PollStatus(enum.Enum):
+    CHANGED = "changed"
+    UNCHANGED = "unchanged"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class FeedOutcome:
+    feed: str
+    status: PollStatus
+    releases: int = 0
+    """Releases in the body when it changed; 0 otherwise."""
+    requests: int = 0
+    elapsed: timedelta = timedelta()
+    error: ReleasebotError | None = None
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    targets: list[TargetRecord]
+    outcomes: list[FeedOutcome]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[FeedOutcome]:
+        return [outcome for outcome in self.outcomes if outcome.status is PollStatus.FAILED]
+
+
+class PlanService:
+    """Polls the configured feeds into the store and turns the store into targets."""
+
+    def __init__(
+        self,
+        *,
+        store: StateStore,
+        fetcher: FeedFetcher,
+        flatcar_feeds: Sequence[FeedSpec],
+        nvidia_feed: FeedSpec,
+        policy: Policy,
+        clock: Callable[[], datetime],
+        on_outcome: Callable[[FeedOutcome], None] = lambda outcome: None,
+    ) -> None:
+        self._store = store
+        self._fetcher = fetcher
+        self._feeds = [*flatcar_feeds, nvidia_feed]
+        self._flatcar_feeds = list(flatcar_feeds)
+        self._nvidia_feed = nvidia_feed
+        self._policy = policy
+        self._clock = clock
+        self._on_outcome = on_outcome
+
+    def poll_feed(self, spec: FeedSpec) -> FeedOutcome:
+        """Fetch one feed conditionally and record what it said (or why it failed)."""
+        started = time.monotonic()
+        state = self._store.feed_state(spec.name)
+        # Validators are only valid for the URL they were taken from.
+        validators = state.validators if state is not None and state.url == spec.url else None
+        requests = 0
+        try:
+            result = self._fetcher.fetch(spec.name, spec.url, validators)
+            requests = result.requests
+            now = self._clock()
+            if not isinstance(result, FetchedBody):
+                self._store.record_feed_unchanged(spec.name, spec.url, result.validators, now)
+                outcome = FeedOutcome(spec.name, PollStatus.UNCHANGED, requests=requests)
+            else:
+                count = self._record_body(spec, result, now)
+                outcome = FeedOutcome(spec.name, PollStatus.CHANGED, count, requests)
+        except ReleasebotError as error:
+            if getattr(error, "feed", None) != spec.name:
+                raise  # the store failed, not the feed: the caller decides
+            self._store.record_feed_failure(spec.name, spec.url, str(error), self._clock())
+            outcome = FeedOutcome(spec.name, PollStatus.FAILED, requests=requests, error=error)
+        outcome = replace(outcome, elapsed=timedelta(seconds=time.monotonic() - started))
+        self._on_outcome(outcome)
+        return outcome
+
+    def _record_body(self, spec: FeedSpec, result: FetchedBody, now: datetime) -> int:
+        if spec.kind is FeedKind.FLATCAR:
+            releases = parse_flatcar_feed(spec.name, result.body)
+            self._store.record_flatcar_feed(spec.name, spec.url, releases, result.validators, now)
+            return len(releases)
+        drivers = parse_nvidia_feed(spec.name, result.body)
+        self._store.record_driver_feed(spec.name, spec.url, drivers, result.validators, now)
+        return len(drivers)
+
+    def plan(self, *, poll: bool = True) -> PlanResult:
+        """Poll every feed (unless ``poll`` is false), then compute and store the targets."""
+        outcomes = [self.poll_feed(spec) for spec in self._feeds] if poll else []
+        flatcar = {
+            spec.channel: self._store.flatcar_releases(spec.name) for spec in self._flatcar_feeds
+        }
+        drivers = self._store.driver_releases(self._nvidia_feed.name)
+        planned = plan_targets(self._policy, flatcar, drivers)
+        targets = self._store.sync_targets(planned, self._clock())
+        return PlanResult(targets, outcomes, self._warnings(flatcar, drivers))
+
+    def _warnings(
+        self, flatcar: dict[str, list[FlatcarRelease]], drivers: list[DriverRelease]
+    ) -> list[str]:
+        warnings = []
+        known_branches = {driver.branch for driver in drivers}
+        for branch in sorted(self._policy.drivers.branches - known_branches):
+            if drivers:
+                warnings.append(f"nvidia.branches: branch {branch} is not in the NVIDIA feed")
+        if drivers and not select_drivers(drivers, self._policy.drivers):
+            warnings.append("nvidia: no driver matches nvidia.branches or nvidia.branch_types")
+        for channel, releases in flatcar.items():
+            wanted = self._policy.flatcar.arches
+            if releases and not any(release.arches & wanted for release in releases):
+                arches = ", ".join(sorted(wanted))
+                warnings.append(f"flatcar/{channel}: no release offers {arches}")
+        return warnings

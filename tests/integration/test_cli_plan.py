@@ -1,0 +1,318 @@
+"""``releasebot plan`` and ``demo`` end to end: real HTTP feeds, a real SQLite store, the CLI.
+
+Covers the output formats, progress lines and ``--quiet``, the exit codes, a feed that
+fails while the others go on, the last good state surviving a broken feed, releases that
+vanish from a feed, the replay of the two real stable snapshots, and bad configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from releasebot.cli import main
+from tests.feedserver import FeedServer, Reply
+from tests.postgres import fresh_postgres_database
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def server() -> Iterator[FeedServer]:
+    with FeedServer() as feed_server:
+        yield feed_server
+
+
+def serve(server: FeedServer, path: str, file: Path, etag: str = '"v1"') -> None:
+    server.route(path, FeedServer.static(file.read_bytes(), etag=etag))
+
+
+def write_config(tmp_path: Path, server: FeedServer, **extra: str) -> Path:
+    lines = {
+        "database": f'url = "sqlite:///{tmp_path / "state.db"}"',
+        "flatcar": (
+            f'feed_url = "{server.url("/flatcar/releases-{channel}.json")}"\n'
+            'channels = ["stable", "lts-2024"]\narches = ["amd64", "arm64"]\nkeep = 2'
+        ),
+        "nvidia": f'feed_url = "{server.url("/nvidia/releases.json")}"\nbranches = ["580"]',
+    }
+    lines.update(extra)
+    path = tmp_path / "releasebot.toml"
+    path.write_text("".join(f"[{k}]\n{v}\n" for k, v in lines.items()), encoding="utf-8")
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def serve_fixtures(server: FeedServer, test_data: Path) -> None:
+    serve(server, "/flatcar/releases-stable.json", test_data / "flatcar/releases-stable.json")
+    serve(server, "/flatcar/releases-lts-2024.json", test_data / "flatcar/releases-lts-2024.json")
+    serve(server, "/nvidia/releases.json", test_data / "nvidia/releases.json")
+
+
+def test_plan_prints_json_targets(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve_fixtures(server, test_data)
+    code, out, err = run(
+        capsys, "plan", "--config", str(write_config(tmp_path, server)), "--format", "json"
+    )
+    assert code == 0, err
+    targets = json.loads(out)
+    assert [t["tag"] for t in targets] == [
+        "580.178.04-flatcar4593.2.5",
+        "580.178.04-flatcar4593.2.4",
+        "580.178.04-flatcar4081.3.10",
+        "580.178.04-flatcar4081.3.9",
+    ]
+    first = targets[0]
+    assert first["driver_version"] == "580.178.04"
+    assert first["flatcar_version"] == "4593.2.5"
+    assert first["flatcar_channel"] == "stable"
+    assert first["kernel"] == "6.12.102"
+    assert first["arches"] == ["amd64", "arm64"]
+    assert first["state"] == "unknown"
+    assert targets[2]["flatcar_channel"] == "lts"
+    # one progress line per feed on stderr
+    assert err.count("releasebot: feed ") == 3
+    assert "feed flatcar/stable: changed, 4 releases" in err
+
+
+def test_plan_table_and_quiet(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve_fixtures(server, test_data)
+    code, out, err = run(capsys, "plan", "--quiet", "--config", str(write_config(tmp_path, server)))
+    assert code == 0
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["TAG", "DRIVER", "FLATCAR", "CHANNEL", "KERNEL", "ARCHES", "STATE"]
+    assert lines[1].split() == [
+        "580.178.04-flatcar4593.2.5",
+        "580.178.04",
+        "4593.2.5",
+        "stable",
+        "6.12.102",
+        "amd64,arm64",
+        "unknown",
+    ]
+    assert len(lines) == 5
+
+
+def test_repeat_run_sends_conditional_requests_and_gets_the_same_plan(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve_fixtures(server, test_data)
+    config = str(write_config(tmp_path, server))
+    _, first, _ = run(capsys, "plan", "--config", config, "--format", "json")
+    code, second, err = run(capsys, "plan", "--config", config, "--format", "json")
+    assert code == 0
+    assert json.loads(second) == json.loads(first)
+    assert err.count(": unchanged (1 request") == 3
+    repeat = server.requests[3:]
+    assert len(repeat) == 3
+    assert all(request.headers.get("if-none-match") == '"v1"' for request in repeat)
+
+
+def test_a_failing_feed_is_one_line_and_the_others_still_plan(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve_fixtures(server, test_data)
+    server.route("/flatcar/releases-lts-2024.json", Reply(404, {}, b"gone"))
+    code, out, err = run(
+        capsys, "plan", "--config", str(write_config(tmp_path, server)), "--format", "json"
+    )
+    assert code == 0
+    assert [t["flatcar_version"] for t in json.loads(out)] == ["4593.2.5", "4593.2.4"]
+    errors = [line for line in err.splitlines() if "flatcar/lts-2024" in line]
+    assert len(errors) == 1
+    assert "404" in errors[0]
+    assert "Traceback" not in err
+
+
+def test_nothing_plannable_exits_1(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve(server, "/nvidia/releases.json", test_data / "nvidia/releases.json")
+    server.route(
+        "/flatcar/releases-stable.json",
+        Reply(200, {"Content-Type": "text/html"}, b"<html>login</html>"),
+    )
+    server.route("/flatcar/releases-lts-2024.json", Reply(200, {}, b'{"4081.3.1": {"chan'))
+    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, server)))
+    assert code == 1
+    assert out == "no targets\n"
+    assert "feed flatcar/stable: returned HTML" in err
+    assert "feed flatcar/lts-2024: truncated or invalid JSON" in err
+    assert "nothing could be planned" in err
+
+
+def test_last_good_state_survives_a_broken_feed(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve_fixtures(server, test_data)
+    config = str(write_config(tmp_path, server))
+    _, good, _ = run(capsys, "plan", "--config", config, "--format", "json")
+    server.route("/flatcar/releases-stable.json", Reply(200, {}, b'{"4593.2.x": {}}'))
+    server.route("/nvidia/releases.json", Reply(503, {}, b"down"))
+    code, after, err = run(capsys, "plan", "--config", config, "--format", "json")
+    assert code == 0
+    assert json.loads(after) == json.loads(good)
+    assert "feed flatcar/stable: key '4593.2.x' is not a version" in err
+    assert "feed nvidia:" in err
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        rows = dict(db.execute("select name, consecutive_failures from feeds"))
+        etag = db.execute("select etag from feeds where name = 'flatcar/stable'").fetchone()[0]
+    assert rows == {"flatcar/stable": 1, "flatcar/lts-2024": 0, "nvidia": 1}
+    assert etag == '"v1"'
+
+
+def test_vanished_release_stays_a_target_and_replaced_one_is_kept_unrequired(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve_fixtures(server, test_data)
+    config = str(write_config(tmp_path, server))
+    run(capsys, "plan", "--config", config)
+    stable = json.loads((test_data / "flatcar/releases-stable.json").read_text())
+    del stable["4593.2.5"]
+    server.route(
+        "/flatcar/releases-stable.json", FeedServer.static(json.dumps(stable).encode(), etag='"v2"')
+    )
+    code, out, _ = run(capsys, "plan", "--config", config, "--format", "json")
+    assert code == 0
+    assert "580.178.04-flatcar4593.2.5" in [t["tag"] for t in json.loads(out)]
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        present = db.execute(
+            "select present from flatcar_feed_entries"
+            " where feed = 'flatcar/stable' and version = '4593.2.5'"
+        ).fetchone()
+    assert present == (0,)
+
+
+def test_replay_of_the_real_stable_snapshots(
+    tmp_path: Path, server: FeedServer, shared_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flatcar = shared_data / "flatcar"
+    serve(server, "/flatcar/releases-stable.json", flatcar / "releases-stable.2026-07-09.json")
+    serve(server, "/nvidia/releases.json", shared_data / "nvidia/datacenter-releases.fixture.json")
+    config = str(
+        write_config(
+            tmp_path,
+            server,
+            flatcar=(
+                f'feed_url = "{server.url("/flatcar/releases-{channel}.json")}"\n'
+                'channels = ["stable"]\nkeep = 2'
+            ),
+        )
+    )
+    _, before, _ = run(capsys, "plan", "--config", config, "--format", "json")
+    assert [t["tag"] for t in json.loads(before)] == [
+        "580.178.04-flatcar4593.2.4",
+        "580.178.04-flatcar4593.2.3",
+    ]
+    serve(
+        server, "/flatcar/releases-stable.json", flatcar / "releases-stable.2026-08-13.json", '"v2"'
+    )
+    code, after, err = run(capsys, "plan", "--config", config, "--format", "json")
+    assert code == 0
+    targets = json.loads(after)
+    assert [(t["tag"], t["kernel"]) for t in targets] == [
+        ("580.178.04-flatcar4593.2.5", "6.12.102"),
+        ("580.178.04-flatcar4593.2.4", "6.12.95"),
+    ]
+    assert "feed flatcar/stable: changed, 137 releases" in err
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        required = dict(db.execute("select tag, required from targets"))
+        releases = db.execute("select count(*) from flatcar_releases").fetchone()[0]
+    assert required == {
+        "580.178.04-flatcar4593.2.5": 1,
+        "580.178.04-flatcar4593.2.4": 1,
+        "580.178.04-flatcar4593.2.3": 0,
+    }
+    assert releases == 137
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[flatcar]\nchannels = ["edge"]\n', "config: flatcar.channels: 'edge' is not a channel"),
+        ("[flatcar]\nkep = 1\n", "config: flatcar.kep: unknown key"),
+        ('[nvidia]\nfeed_url = "gopher://x"\n', "config: nvidia.feed_url: must be an http://"),
+    ],
+)
+def test_bad_config_is_one_line_exit_2(
+    tmp_path: Path, toml: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(toml, encoding="utf-8")
+    code, out, err = run(capsys, "plan", "--config", str(path))
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"releasebot: {message}")
+    assert err.count("\n") == 1
+
+
+def test_demo_runs_offline_on_the_shipped_feeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "demo", "--dir", str(tmp_path), "--format", "json")
+    assert code == 0, err
+    tags = [t["tag"] for t in json.loads(out)]
+    assert tags[:2] == ["595.91.07-flatcar4593.2.5", "580.178.04-flatcar4593.2.5"]
+    assert "580.178.04-flatcar4081.3.10" in tags
+    assert (tmp_path / "releasebot-demo.db").exists()
+
+
+def test_demo_as_a_real_process_has_no_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "RELEASEBOT_DATABASE_URL": "sqlite:////nonexistent/ignored.db"}
+    result = subprocess.run(
+        [sys.executable, "-m", "releasebot", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "595.91.07-flatcar4593.2.5" in result.stdout
+    assert "Traceback" not in result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "releasebot", "plan", "--config", str(tmp_path / "none.toml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == f"releasebot: config: --config: file {tmp_path / 'none.toml'} not found"
+    )
+
+
+@pytest.mark.postgres
+def test_plan_on_postgresql(
+    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serve_fixtures(server, test_data)
+    with fresh_postgres_database() as url:
+        database = f'url = "{url.render_as_string(hide_password=False)}"'
+        config = str(write_config(tmp_path, server, database=database))
+        code, first, err = run(capsys, "plan", "--config", config, "--format", "json")
+        assert code == 0, err
+        code, second, err = run(capsys, "plan", "--config", config, "--format", "json")
+        assert code == 0, err
+    assert json.loads(second) == json.loads(first)
+    assert len(json.loads(first)) == 4
+    assert err.count(": unchanged (1 request") == 3

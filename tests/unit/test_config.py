@@ -1,0 +1,136 @@
+"""Settings: defaults, the TOML file, environment overrides, and one-line errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from releasebot.config import load_settings, redact_url
+from releasebot.domain.errors import ConfigError
+from releasebot.domain.versions import Arch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "releasebot.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_a_file() -> None:
+    settings = load_settings(None, environ={})
+    assert settings.database.url == "sqlite:///releasebot.db"
+    assert settings.flatcar.channels == ("stable", "lts")
+    assert settings.nvidia.branches == ("580",)
+    assert settings.policy().flatcar.arches == frozenset({Arch.AMD64})
+    assert settings.flatcar_feed_url("lts-2024").endswith("/releases-lts-2024.json")
+
+
+def test_the_example_file_loads_and_matches_the_defaults() -> None:
+    example = load_settings(REPO / "config" / "releasebot.example.toml", environ={})
+    assert example == load_settings(None, environ={})
+
+
+def test_file_values_and_environment_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [flatcar]
+        channels = ["beta", "lts-2024"]
+        keep = 3
+        [nvidia]
+        branches = [580, "595"]
+        branch_types = ["LTS Branch"]
+        """,
+    )
+    settings = load_settings(
+        path,
+        environ={
+            "RELEASEBOT_FLATCAR_ARCHES": "amd64, arm64",
+            "RELEASEBOT_NVIDIA_KEEP": "2",
+            "RELEASEBOT_DATABASE_URL": "postgresql://bot:s3cret@db/releasebot",
+            "UNRELATED": "x",
+        },
+    )
+    assert settings.flatcar.channels == ("beta", "lts-2024")
+    assert settings.flatcar.keep == 3
+    assert settings.flatcar.arches == ("amd64", "arm64")
+    assert settings.nvidia.branches == ("580", "595")
+    assert settings.nvidia.branch_types == ("lts branch",)
+    assert settings.nvidia.keep == 2
+    assert settings.database.url == "postgresql+psycopg://bot:s3cret@db/releasebot"
+    assert "s3cret" not in repr(settings)
+
+
+def test_config_path_from_the_environment(tmp_path: Path) -> None:
+    path = write(tmp_path, "[flatcar]\nkeep = 5\n")
+    assert load_settings(None, environ={"RELEASEBOT_CONFIG": str(path)}).flatcar.keep == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "problem"),
+    [
+        ("[flatcar]\nchanels = []\n", "flatcar.chanels", "unknown key"),
+        ("[flatcr]\n", "flatcr", "unknown section"),
+        (
+            '[flatcar]\nchannels = ["stable", "edge"]\n',
+            "flatcar.channels",
+            "'edge' is not a channel",
+        ),
+        ("[flatcar]\nchannels = []\n", "flatcar.channels", "at least one"),
+        ('[flatcar]\nchannels = "stable"\n', "flatcar.channels", "must be a list"),
+        ('[flatcar]\narches = ["x86_64"]\n', "flatcar.arches", "not an arch"),
+        ("[flatcar]\nkeep = 0\n", "flatcar.keep", "between 1 and 100"),
+        ('[flatcar]\nkeep = "2"\n', "flatcar.keep", "must be int"),
+        ("[flatcar]\nkeep = true\n", "flatcar.keep", "must be int"),
+        ('[flatcar]\nfeed_url = "ftp://x/{channel}"\n', "flatcar.feed_url", "http://"),
+        ('[flatcar]\nfeed_url = "https:///x/{channel}"\n', "flatcar.feed_url", "no host"),
+        ('[flatcar]\nfeed_url = "https://x/{chanel}.json"\n', "flatcar.feed_url", "placeholder"),
+        ('[flatcar]\nfeed_url = "https://x/stable.json"\n', "flatcar.feed_url", "{channel}"),
+        ('[nvidia]\nbranches = ["r580"]\n', "nvidia.branches", "not a driver branch"),
+        ('[nvidia]\nbranch_types = ["lts"]\n', "nvidia.branch_types", "is not one of"),
+        ("[nvidia]\nbranches = []\n", "nvidia.branches", "at least one"),
+        ('[database]\nurl = "mysql://x/y"\n', "database.url", "sqlite"),
+        ('[registry]\nrepository = "Registry/UPPER"\n', "registry.repository", "repository"),
+        ("[http]\ntimeout_seconds = -1\n", "http.timeout_seconds", "greater than 0"),
+        ('[http]\nca_bundle = "/nonexistent/ca.pem"\n', "http.ca_bundle", "not found"),
+        ("flatcar = 1\n", "flatcar", "[table]"),
+        ("[flatcar\n", "--config", "not valid TOML"),
+    ],
+)
+def test_bad_files_name_the_key(tmp_path: Path, text: str, key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text), environ={})
+    assert caught.value.key == key
+    assert problem in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "key"),
+    [
+        ({"RELEASEBOT_FLATCAR_KEEP": "two"}, "flatcar.keep"),
+        ({"RELEASEBOT_FLATCAR_CHANNELZ": "stable"}, "flatcar.channelz"),
+        ({"RELEASEBOT_NOPE_X": "1"}, "RELEASEBOT_NOPE_X"),
+        ({"RELEASEBOT_FLATCAR_CHANNELS": ""}, "flatcar.channels"),
+    ],
+)
+def test_bad_environment_names_the_key(environ: dict[str, str], key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, environ=environ)
+    assert caught.value.key == key
+
+
+def test_missing_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "absent.toml", environ={})
+
+
+def test_redact_url_hides_only_the_password() -> None:
+    assert (
+        redact_url("postgresql+psycopg://bot:pw@db:5432/x")
+        == "postgresql+psycopg://bot:***@db:5432/x"
+    )
+    assert redact_url("sqlite:///releasebot.db") == "sqlite:///releasebot.db"

@@ -1,0 +1,147 @@
+"""The selection policy: newest N per channel x newest N per branch, arches intersected."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from releasebot.domain.models import DriverRelease, FlatcarRelease
+from releasebot.domain.policy import (
+    DriverPolicy,
+    FlatcarPolicy,
+    Policy,
+    is_flatcar_channel,
+    plan_targets,
+    select_drivers,
+)
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+
+BOTH = frozenset({Arch.AMD64, Arch.ARM64})
+AMD64 = frozenset({Arch.AMD64})
+
+
+def flatcar(
+    version: str, arches: frozenset[Arch] = BOTH, channel: str = "stable"
+) -> FlatcarRelease:
+    return FlatcarRelease(
+        version=FlatcarVersion.parse(version),
+        channel=channel,
+        arches=arches,
+        kernel="6.12.102",
+        released_at=datetime(2026, 8, 13, tzinfo=UTC),
+        content_sha256=version,
+    )
+
+
+def driver(
+    version: str, branch_type: str = "lts branch", arches: frozenset[Arch] = BOTH
+) -> DriverRelease:
+    parsed = DriverVersion.parse(version)
+    return DriverRelease(
+        version=parsed,
+        branch=parsed.branch,
+        branch_type=branch_type,
+        arches=arches,
+        released_on=None,
+        runfile_urls=(),
+        content_sha256=version,
+    )
+
+
+def policy(
+    channels: tuple[str, ...] = ("stable",),
+    arches: frozenset[Arch] = AMD64,
+    keep: int = 2,
+    branches: frozenset[str] = frozenset({"580"}),
+    branch_types: frozenset[str] = frozenset(),
+    driver_keep: int = 1,
+) -> Policy:
+    return Policy(
+        FlatcarPolicy(channels, arches, keep), DriverPolicy(branches, branch_types, driver_keep)
+    )
+
+
+def test_newest_keep_per_channel_times_newest_driver() -> None:
+    stable = [flatcar("4593.2.4"), flatcar("4593.2.10"), flatcar("4593.2.5")]
+    drivers = [driver("580.65.06"), driver("580.178.04"), driver("595.91.07", "production branch")]
+    targets = plan_targets(policy(), {"stable": stable}, drivers)
+    assert [t.tag for t in targets] == [
+        "580.178.04-flatcar4593.2.10",
+        "580.178.04-flatcar4593.2.5",
+    ]
+    assert all(t.arches == AMD64 for t in targets)
+
+
+def test_arches_are_the_intersection_of_release_driver_and_config() -> None:
+    stable = [flatcar("4593.2.5", BOTH), flatcar("4593.2.4", AMD64)]
+    drivers = [driver("580.178.04", arches=BOTH)]
+    targets = plan_targets(policy(arches=BOTH), {"stable": stable}, drivers)
+    assert {t.tag: t.arches for t in targets} == {
+        "580.178.04-flatcar4593.2.5": BOTH,
+        "580.178.04-flatcar4593.2.4": AMD64,
+    }
+
+
+def test_releases_without_a_wanted_arch_do_not_use_up_keep() -> None:
+    stable = [flatcar("4593.2.5", AMD64), flatcar("4593.2.4", BOTH), flatcar("4593.2.3", BOTH)]
+    targets = plan_targets(
+        policy(arches=frozenset({Arch.ARM64})), {"stable": stable}, [driver("580.178.04")]
+    )
+    assert [t.flatcar.version.text for t in targets] == ["4593.2.4", "4593.2.3"]
+
+
+def test_driver_without_the_arch_gives_no_target() -> None:
+    targets = plan_targets(
+        policy(arches=frozenset({Arch.ARM64})),
+        {"stable": [flatcar("4593.2.5")]},
+        [driver("580.178.04", arches=AMD64)],
+    )
+    assert targets == []
+
+
+def test_a_release_in_two_feeds_is_one_target_naming_both() -> None:
+    lts = [flatcar("4081.3.10", channel="lts"), flatcar("3510.3.8", channel="lts")]
+    lts_2024 = [flatcar("4081.3.10", channel="lts"), flatcar("4081.3.9", channel="lts")]
+    targets = plan_targets(
+        policy(channels=("lts", "lts-2024")),
+        {"lts": lts, "lts-2024": lts_2024},
+        [driver("580.178.04")],
+    )
+    assert [(t.flatcar.version.text, t.feeds) for t in targets] == [
+        ("4081.3.10", ("lts", "lts-2024")),
+        ("4081.3.9", ("lts-2024",)),
+        ("3510.3.8", ("lts",)),
+    ]
+
+
+def test_branch_types_match_case_insensitively_lowered_at_the_edge() -> None:
+    drivers = [
+        driver("615.71.09", "new feature branch"),
+        driver("595.91.07", "production branch"),
+        driver("595.71.05", "production branch"),
+        driver("460.106.00", "production branch"),
+        driver("580.178.04", "lts branch"),
+    ]
+    chosen = select_drivers(
+        drivers, DriverPolicy(frozenset(), frozenset({"production branch"}), keep=1)
+    )
+    assert [d.version.text for d in chosen] == ["595.91.07", "460.106.00"]
+    chosen = select_drivers(
+        drivers, DriverPolicy(frozenset({"580"}), frozenset({"production branch"}), keep=2)
+    )
+    assert [d.version.text for d in chosen] == [
+        "595.91.07",
+        "595.71.05",
+        "580.178.04",
+        "460.106.00",
+    ]
+
+
+def test_missing_channel_data_plans_nothing_for_it() -> None:
+    assert plan_targets(policy(channels=("beta",)), {}, [driver("580.178.04")]) == []
+
+
+def test_channel_names() -> None:
+    for name in ("stable", "beta", "alpha", "lts", "lts-2024", "lts-2021"):
+        assert is_flatcar_channel(name)
+    for name in ("edge", "LTS", "lts-24", "lts-2024x", "", "stable "):
+        assert not is_flatcar_channel(name)
