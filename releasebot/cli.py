@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -48,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except BrokenPipeError:
+        # The reader went away (`releasebot plan | head`): not an error worth a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -229,8 +235,11 @@ def _progress(outcome: FeedOutcome) -> None:
     detail = outcome.status.value
     if outcome.releases:
         detail += f", {outcome.releases} releases"
-    requests = "request" if outcome.requests == 1 else "requests"
-    _error(f"feed {outcome.feed}: {detail} ({outcome.requests} {requests}, {seconds:.2f} s)")
+    if outcome.requests == 0:
+        via = "local file"
+    else:
+        via = f"{outcome.requests} request" + ("s" if outcome.requests > 1 else "")
+    _error(f"feed {outcome.feed}: {detail} ({via}, {seconds:.2f} s)")
 
 
 def _say(args: argparse.Namespace, message: str) -> None:
