@@ -8,21 +8,34 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.registry_fixtures", "tests.kube_fixtures"]
+
 REPO = Path(__file__).resolve().parent.parent
 TEST_DATA = REPO / "tests" / "data"
-SHARED_DATA = Path(os.environ.get("RELEASEBOT_SHARED_DATA", REPO.parent / "shared" / "data"))
+SHARED_DATA = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 @pytest.fixture
 def shared_data() -> Path:
     """The real Flatcar and NVIDIA feed copies beside the checkout (``../shared/data``).
 
-    CI always has them; on a user's machine they may be missing, and then the tests that
-    replay real upstream data are skipped rather than failed.
+    CI always has them (and fails without them); on a user's machine they may be missing,
+    and then the tests that replay real upstream data are skipped rather than failed.
     """
     if not (SHARED_DATA / "flatcar").is_dir():
-        pytest.skip(f"real upstream data not found at {SHARED_DATA} (set RELEASEBOT_SHARED_DATA)")
+        message = f"real upstream data not found at {SHARED_DATA} (set SHARED_DATA)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI is set, so this is an error, not a skip")
+        pytest.skip(message)
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _no_releasebot_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own ``RELEASEBOT_*`` settings must not change what tests see."""
+    for name in list(os.environ):
+        if name.startswith("RELEASEBOT_"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture

@@ -5,14 +5,20 @@ Every error says what the caller does next by its branch::
     ReleasebotError
     ├── TemporaryError          retry later (``retry_after`` says how soon)
     │   ├── FeedUnavailableError     feed unreachable, timed out, 5xx, 429
-    │   └── StoreUnavailableError    the database cannot be reached right now
+    │   ├── StoreUnavailableError    the database cannot be reached right now
+    │   ├── RegistryUnavailableError registry unreachable, timed out, 5xx, 429
+    │   └── ClusterUnavailableError  Kubernetes API unreachable, timed out, 5xx, 429
     └── PermanentError          record it and tell a human; retrying will not help
         ├── ConfigError              a setting is missing or invalid (names the key)
         ├── FeedRejectedError        the feed answered 4xx: wrong URL or no access
         ├── FeedFormatError          HTML, truncated JSON, wrong shape, bad version
         ├── VersionError             a string is not a valid Flatcar or driver version
         ├── InvalidTagError          a computed image tag breaks the OCI tag rule
-        └── StoreError               the database refused a write or is not migrated
+        ├── StoreError               the database refused a write or is not migrated
+        ├── RegistryAuthError        401/403 from the registry: credentials or rights
+        ├── RegistryError            any other refusal by the registry (bad manifest…)
+        ├── ClusterRejectedError     the API server refused a request (403, 422…)
+        └── UnknownTargetError       a hand-asked build names no known release
 
 ``FeedError`` is a mixin carrying the feed's name for the feed errors on both branches.
 Adapters translate third-party exceptions into these with ``raise ... from``; nothing from
@@ -84,3 +90,27 @@ class StoreUnavailableError(TemporaryError):
 
 class StoreError(PermanentError):
     """The state store is misconfigured, not migrated, or refused the data."""
+
+
+class RegistryUnavailableError(TemporaryError):
+    """The registry could not answer right now (network, timeout, 5xx, 429)."""
+
+
+class RegistryAuthError(PermanentError):
+    """The registry refused our credentials (401/403); the message names the registry."""
+
+
+class RegistryError(PermanentError):
+    """The registry refused a request for another reason."""
+
+
+class ClusterUnavailableError(TemporaryError):
+    """The Kubernetes API server could not answer right now."""
+
+
+class ClusterRejectedError(PermanentError):
+    """The Kubernetes API server refused a request (forbidden, invalid, quota)."""
+
+
+class UnknownTargetError(PermanentError):
+    """``releasebot build`` named a driver or Flatcar version the store has never seen."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
+from releasebot.domain.builds import BuildRecord, BuildRequest, JobStatus
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -20,6 +21,7 @@ from releasebot.domain.models import (
     TargetRecord,
     Validators,
 )
+from releasebot.domain.versions import Arch
 
 
 @dataclass(frozen=True)
@@ -105,3 +107,77 @@ class StateStore(Protocol):
         """
 
     def targets(self, *, required_only: bool = True) -> list[TargetRecord]: ...
+
+    def target(self, tag: str) -> TargetRecord | None: ...
+
+    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
+        """The stored target for ``planned.tag``; inserted as not required if new.
+
+        For targets asked for by hand: the policy's ``sync_targets`` makes it required if
+        the policy ever selects it, and never deletes it.
+        """
+
+    def builds(self, *, tag: str | None = None, active_only: bool = False) -> list[BuildRecord]:
+        """Build rows, oldest first; only those of ``tag`` and/or only launching/running."""
+
+    def save(
+        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+    ) -> None:
+        """Write targets' build status and build rows in ONE transaction.
+
+        For targets only the status fields change (state, digest, attempts,
+        next_attempt_at, last_error, published_at, updated_at); the plan fields belong to
+        ``sync_targets``. Builds are upserted by (tag, arch, attempt).
+        """
+
+
+class Registry(Protocol):
+    """One repository in one OCI registry (``repository`` is ``host[:port]/path``).
+
+    A missing tag is an answer (``None``), not an error. Raises ``RegistryAuthError`` for
+    401/403 (permanent: credentials or rights), ``RegistryUnavailableError`` for network
+    problems, timeouts, 429 and 5xx after the adapter's own bounded retries, and
+    ``RegistryError`` for anything else the registry refuses.
+    """
+
+    @property
+    def repository(self) -> str: ...
+
+    def digest(self, tag: str) -> str | None:
+        """The manifest (or index) digest the tag points at; ``None`` when there is no tag."""
+
+    def tags(self) -> set[str]:
+        """Every tag of the repository (all pages); empty when the repository does not exist."""
+
+    def labels(self, reference: str) -> dict[str, str]:
+        """The image config's labels (or the index's annotations) for a tag or digest."""
+
+    def push_index(self, tag: str, manifests: Sequence[tuple[Arch, str]]) -> str:
+        """Publish ``tag`` as an OCI image index over per-arch manifest digests; its digest."""
+
+    def close(self) -> None:
+        """Release connections; the adapter is not used afterwards."""
+
+
+class JobLauncher(Protocol):
+    """Runs build Jobs in a cluster and reports on them.
+
+    ``launch`` is idempotent by Job name: a Job that already exists is adopted (returns
+    False), never duplicated. Raises ``ClusterUnavailableError`` (retry later) or
+    ``ClusterRejectedError`` (the API server refused the Job: permanent).
+    """
+
+    def render(self, request: BuildRequest) -> dict[str, Any]:
+        """The Job manifest ``launch`` would create (for ``--dry-run`` and validation)."""
+
+    def launch(self, request: BuildRequest) -> bool:
+        """Create the Job; True when created, False when it existed already (adopted)."""
+
+    def status(self, job_name: str) -> JobStatus:
+        """Where the Job stands; ``JobPhase.MISSING`` when nobody has it (deleted)."""
+
+    def delete(self, job_name: str) -> None:
+        """Delete the Job and its Pods (e.g. stuck pulling the executor image); no-op if gone."""
+
+    def close(self) -> None:
+        """Release connections; the adapter is not used afterwards."""

@@ -1,0 +1,513 @@
+"""The Kubernetes ``JobLauncher``: creates Kaniko Jobs through the API server (lightkube) and
+tells how they stand.
+
+``launch`` is idempotent by Job name: a 409 on create is adoption (after checking that the
+Job found carries this bot's labels for this very build), never a twin. ``status`` reads the
+Job and its Pod and classifies how a build ended: the termination message on success (the
+digest Kaniko wrote; returned as-is, the service judges it), and on failure a
+``FailureReason`` plus the last log lines. An executor image that cannot be pulled is
+reported as ``FAILED``/``IMAGE_PULL`` while the Job is still active: it never heals by
+itself, and the caller deletes the Job.
+
+Every call is retried a bounded number of times inside the adapter (connection errors,
+timeouts, 429, 5xx) with a ``sleep`` the tests turn off; then ``ClusterUnavailableError``.
+403, 422, 400 and other refusals are ``ClusterRejectedError`` at once. No lightkube,
+httpx2 or msgspec exception leaves this module.
+
+Deliberately not here: watching (the service polls ``status`` once per cycle, which
+survives restarts and needs no long-lived connection), checking the pushed digest against
+the registry, and retries across cycles (the service decides by the error's class).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import httpx2
+import msgspec
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+from lightkube.models.batch_v1 import JobCondition
+from lightkube.models.core_v1 import ContainerStateTerminated, ContainerStatus
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import CascadeType
+
+from releasebot.builders.kaniko import (
+    APP,
+    APP_LABEL,
+    ARCH_LABEL,
+    ATTEMPT_LABEL,
+    CONTAINER_NAME,
+    LOG_TAIL_MAX_CHARS,
+    TARGET_LABEL,
+    KanikoOptions,
+    render_job,
+    trim_log_tail,
+)
+from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobStatus
+from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError, ConfigError
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = timedelta(seconds=10)
+"""Per request; the API server answers in milliseconds when healthy."""
+DEFAULT_ATTEMPTS = 3
+"""Tries per call before ``ClusterUnavailableError``: rides out an API server restart."""
+DEFAULT_BACKOFF = timedelta(seconds=1)
+"""First pause between tries, doubled each time (1 s, 2 s): a cycle waits 3 s at most."""
+LOG_TAIL_LINES = 50
+"""Log lines read from a failed build's Pod: enough for a compiler error and its context."""
+ERROR_TEXT_MAX_CHARS = 300
+"""API server messages quoted in errors and statuses are cut to one line of this length."""
+RETRY_AFTER_MAX = timedelta(minutes=5)
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+"""Waiting reasons that mean the executor image cannot be pulled: configuration, not luck."""
+JOB_NAME_LABEL = "job-name"
+"""The label the Job controller puts on its Pods (``batch.kubernetes.io/job-name`` too
+since 1.27; the short one works on every supported version)."""
+_TEMPORARY_CODES = frozenset({408, 429})
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def make_kube_client(
+    kubeconfig: str | None,
+    namespace: str | None = None,
+    *,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+) -> Client:
+    """A lightkube client from a kubeconfig file, or in-cluster config when ``kubeconfig`` is
+    ``None`` (the Pod's service-account token, CA and ``KUBERNETES_SERVICE_HOST``).
+
+    ``namespace`` is the client's default; the launcher names its namespace on every call.
+    Raises ``ConfigError`` when the configuration cannot be loaded. Connects to nothing.
+    """
+    key = "kubeconfig" if kubeconfig is not None else "kubernetes"
+    try:
+        if kubeconfig is not None:
+            config = KubeConfig.from_file(kubeconfig)
+        else:
+            config = KubeConfig.from_service_account()
+        return Client(
+            config=config,
+            namespace=namespace,
+            timeout=httpx2.Timeout(timeout.total_seconds()),
+            field_manager="releasebot",
+        )
+    # Loading a kubeconfig fails in library-specific ways (lightkube's ConfigError, YAML,
+    # msgspec, a missing environment variable or CA file): all mean the same to the user.
+    except Exception as error:
+        where = kubeconfig if kubeconfig is not None else "in-cluster service account"
+        detail = _one_line(f"{type(error).__name__}: {error}")
+        raise ConfigError(key, f"cannot load Kubernetes config from {where}: {detail}") from error
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """One failed API call, classified."""
+
+    code: int | None
+    text: str
+    temporary: bool
+    retry_after: timedelta | None = None
+
+
+class _Answered(Exception):
+    """The API server answered with a status the caller asked to handle itself."""
+
+    def __init__(self, failure: _Failure) -> None:
+        super().__init__(failure.text)
+        self.failure = failure
+
+
+class KubernetesJobLauncher:
+    """Runs Kaniko build Jobs in ``options.namespace`` through ``client``."""
+
+    def __init__(
+        self,
+        client: Client,
+        options: KanikoOptions,
+        *,
+        attempts: int = DEFAULT_ATTEMPTS,
+        backoff: timedelta = DEFAULT_BACKOFF,
+        sleep: Callable[[float], None] = time.sleep,
+        log_tail_lines: int = LOG_TAIL_LINES,
+        log_tail_chars: int = LOG_TAIL_MAX_CHARS,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        self._client = client
+        self._options = options
+        self._namespace = options.namespace
+        self._attempts = attempts
+        self._backoff = backoff
+        self._sleep = sleep
+        self._log_tail_lines = log_tail_lines
+        self._log_tail_chars = log_tail_chars
+
+    # -- JobLauncher -------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the API client's connections."""
+        self._client.close()
+
+    def render(self, request: BuildRequest) -> dict[str, Any]:
+        return render_job(request, self._options)
+
+    def launch(self, request: BuildRequest) -> bool:
+        manifest = self.render(request)
+        name = request.job_name
+        try:
+            job = msgspec.convert(manifest, type=Job)  # what Job.from_dict does, typed
+        except msgspec.MsgspecError as error:  # a renderer bug, but never a crash
+            raise ClusterRejectedError(f"kubernetes: cannot encode job {name}: {error}") from error
+        # Twice at most: a Job deleted between our create (409) and our read is created anew.
+        for _ in range(2):
+            try:
+                self._call(
+                    f"create job {name}",
+                    lambda: self._client.create(job, namespace=self._namespace),
+                    answers={409},
+                )
+                return True
+            except _Answered:
+                pass  # 409: it exists already (or a retried create did succeed): adopt it
+            existing = self._read_job(name)
+            if existing is not None:
+                self._check_adoptable(existing, manifest)
+                return False
+        raise ClusterUnavailableError(f"kubernetes: job {name} keeps vanishing after a conflict")
+
+    def status(self, job_name: str) -> JobStatus:
+        job = self._read_job(job_name)
+        if job is None:
+            return JobStatus(job_name, JobPhase.MISSING)
+        pods = self._pods(job_name, job.metadata.uid if job.metadata else None)
+        true_conditions = {
+            condition.type: condition
+            for condition in ((job.status.conditions if job.status else None) or [])
+            if condition.status == "True"
+        }
+        # Only the terminal conditions count: SuccessCriteriaMet and FailureTarget (1.31+)
+        # come first, while the Pods may still be terminating.
+        if "Complete" in true_conditions:
+            return self._succeeded(job_name, pods)
+        if "Failed" in true_conditions:
+            return self._failed(job_name, true_conditions["Failed"], pods)
+        return self._running(job_name, pods)
+
+    def delete(self, job_name: str) -> None:
+        with contextlib.suppress(_Answered):  # 404: already gone
+            self._call(
+                f"delete job {job_name}",
+                lambda: self._client.delete(
+                    Job, job_name, namespace=self._namespace, cascade=CascadeType.BACKGROUND
+                ),
+                answers={404},
+            )
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _read_job(self, name: str) -> Job | None:
+        try:
+            return self._call(
+                f"read job {name}",
+                lambda: self._client.get(Job, name, namespace=self._namespace),
+                answers={404},
+            )
+        except _Answered:
+            return None
+
+    def _pods(self, job_name: str, job_uid: str | None) -> list[Pod]:
+        """The Job's Pods, oldest first; Pods of an earlier Job of the same name are skipped."""
+        pods = self._call(
+            f"list pods of job {job_name}",
+            lambda: list(
+                self._client.list(Pod, namespace=self._namespace, labels={JOB_NAME_LABEL: job_name})
+            ),
+        )
+        owned = [pod for pod in pods if _owned_by(pod, job_uid)]
+        return sorted(
+            owned,
+            key=lambda pod: (
+                (pod.metadata.creationTimestamp if pod.metadata else None) or _EPOCH,
+                (pod.metadata.name if pod.metadata else None) or "",
+            ),
+        )
+
+    def _log_tail(self, pod: Pod, terminated: ContainerStateTerminated | None) -> str | None:
+        """The end of the build's log; the FallbackToLogsOnError message if it cannot be read."""
+        name = pod.metadata.name if pod.metadata else None
+        text: str | None = None
+        if name is not None:
+            try:
+                text = "".join(
+                    self._call(
+                        f"read log of pod {name}",
+                        lambda: list(
+                            self._client.log(
+                                name,
+                                namespace=self._namespace,
+                                container=CONTAINER_NAME,
+                                tail_lines=self._log_tail_lines,
+                            )
+                        ),
+                        attempts=1,  # a missing log must not hold up the cycle
+                    )
+                )
+            except (ClusterUnavailableError, ClusterRejectedError):
+                text = None
+        if not text and terminated is not None:
+            text = terminated.message
+        return trim_log_tail(text, self._log_tail_chars)
+
+    # -- classifying -------------------------------------------------------------------
+
+    def _succeeded(self, job_name: str, pods: Sequence[Pod]) -> JobStatus:
+        candidates = [pod for pod in pods if _phase(pod) == "Succeeded"] or list(pods)
+        for pod in reversed(candidates):
+            terminated = _terminated(_container(pod))
+            if terminated is None:
+                continue
+            if terminated.exitCode != 0:  # Kaniko writes the digest before it pushes
+                return JobStatus(
+                    job_name,
+                    JobPhase.FAILED,
+                    reason=FailureReason.EXIT_CODE,
+                    message=f"job complete but the build exited {terminated.exitCode}",
+                    log_tail=self._log_tail(pod, terminated),
+                )
+            return JobStatus(job_name, JobPhase.SUCCEEDED, termination_message=terminated.message)
+        return JobStatus(
+            job_name,
+            JobPhase.SUCCEEDED,
+            message="job complete but its pod is gone: no termination message",
+        )
+
+    def _failed(self, job_name: str, condition: JobCondition, pods: Sequence[Pod]) -> JobStatus:
+        failed = [pod for pod in pods if _phase(pod) == "Failed"] or list(pods)
+        pod = failed[-1] if failed else None
+        terminated = _terminated(_container(pod)) if pod is not None else None
+        job_says = _one_line(f"{condition.reason or 'Failed'}: {condition.message or ''}")
+        reason: FailureReason
+        if condition.reason == "DeadlineExceeded":
+            reason, message = FailureReason.DEADLINE_EXCEEDED, job_says
+        elif pod is None:
+            # Evicted, preempted or deleted, and already removed: nothing tells which.
+            reason = FailureReason.EVICTED
+            message = _one_line(f"{job_says} (the build's pod is gone)")
+        elif (disruption := _disruption(pod)) is not None:
+            reason, message = FailureReason.EVICTED, disruption
+        elif terminated is not None and terminated.reason == "OOMKilled":
+            reason = FailureReason.OOM_KILLED
+            message = (
+                f"OOMKilled: the build exceeded its memory limit "
+                f"{self._options.memory_limit} (exit {terminated.exitCode})"
+            )
+        elif terminated is not None:
+            reason = FailureReason.EXIT_CODE
+            message = _one_line(
+                f"the build exited {terminated.exitCode} ({terminated.reason or 'Error'})"
+            )
+        else:
+            reason, message = FailureReason.EXIT_CODE, job_says
+        return JobStatus(
+            job_name,
+            JobPhase.FAILED,
+            reason=reason,
+            message=message,
+            log_tail=self._log_tail(pod, terminated) if pod is not None else None,
+        )
+
+    def _running(self, job_name: str, pods: Sequence[Pod]) -> JobStatus:
+        for pod in reversed(pods):
+            container = _container(pod)
+            waiting = container.state.waiting if container and container.state else None
+            if waiting is not None and waiting.reason in IMAGE_PULL_REASONS:
+                return JobStatus(
+                    job_name,
+                    JobPhase.FAILED,
+                    reason=FailureReason.IMAGE_PULL,
+                    message=_one_line(
+                        f"{waiting.reason}: {waiting.message or self._options.executor_image}"
+                    ),
+                )
+        return JobStatus(
+            job_name, JobPhase.RUNNING, message=_pending_why(pods[-1]) if pods else None
+        )
+
+    def _check_adoptable(self, existing: Job, manifest: dict[str, Any]) -> None:
+        """Adopt only a Job this bot rendered for the same target, arch and attempt."""
+        wanted = manifest["metadata"]["labels"]
+        labels = (existing.metadata.labels if existing.metadata else None) or {}
+        keys = (APP_LABEL, TARGET_LABEL, ARCH_LABEL, ATTEMPT_LABEL)
+        if any(labels.get(key) != wanted[key] for key in keys):
+            name = manifest["metadata"]["name"]
+            raise ClusterRejectedError(
+                f"kubernetes: job {name} exists in namespace {self._namespace} but was not "
+                f"created by {APP} for this build; delete it or use another namespace"
+            )
+
+    # -- calling -----------------------------------------------------------------------
+
+    def _call(
+        self,
+        what: str,
+        operation: Callable[[], T],
+        *,
+        answers: Collection[int] = (),
+        attempts: int | None = None,
+    ) -> T:
+        """``operation()`` with bounded retries; every library error translated.
+
+        An HTTP status in ``answers`` is raised as ``_Answered`` for the caller to handle.
+        """
+        tries = attempts if attempts is not None else self._attempts
+        attempt = 1
+        while True:
+            try:
+                return operation()
+            except (
+                httpx2.HTTPError,
+                httpx2.StreamError,
+                msgspec.MsgspecError,
+                json.JSONDecodeError,
+                KeyError,
+            ) as error:
+                failure = _classify(what, error)
+                if failure is None:
+                    raise  # a KeyError of our own making: a bug, not the cluster
+                if failure.code is not None and failure.code in answers:
+                    raise _Answered(failure) from error
+                if not failure.temporary:
+                    raise ClusterRejectedError(failure.text) from error
+                if attempt >= tries:
+                    raise ClusterUnavailableError(
+                        failure.text,
+                        **({"retry_after": failure.retry_after} if failure.retry_after else {}),
+                    ) from error
+            self._sleep((self._backoff * 2 ** (attempt - 1)).total_seconds())
+            attempt += 1
+
+
+def _classify(what: str, error: Exception) -> _Failure | None:
+    """What a lightkube/httpx2 error means; ``None`` for an unrelated ``KeyError``."""
+    prefix = f"kubernetes {what}"
+    if isinstance(error, ApiError):
+        code = error.response.status_code
+        status = error.status
+        detail = f"{code} {status.reason or error.response.reason_phrase}: {status.message or ''}"
+        return _http_failure(prefix, code, detail, error.response)
+    if isinstance(error, httpx2.HTTPStatusError):
+        return _from_response(prefix, error.response)
+    if isinstance(error, KeyError | json.JSONDecodeError | msgspec.MsgspecError):
+        # lightkube turns an error response into ApiError only when its Content-Type is
+        # exactly application/json, reading the header with [] (KeyError when absent),
+        # parsing the body (JSONDecodeError when it lies about being JSON) and decoding a
+        # Status (msgspec errors when it is some other JSON).
+        answer = _status_error_behind(error)
+        if answer is not None:
+            return _from_response(prefix, answer.response)
+        if isinstance(error, KeyError):
+            return None
+        # A success answer whose body is not the object asked for.
+        return _Failure(None, _one_line(f"{prefix}: unreadable answer: {error}"), temporary=True)
+    if isinstance(error, httpx2.TimeoutException):
+        return _Failure(None, _one_line(f"{prefix}: timed out ({type(error).__name__})"), True)
+    return _Failure(None, _one_line(f"{prefix}: {type(error).__name__}: {error}"), temporary=True)
+
+
+def _status_error_behind(error: BaseException) -> httpx2.HTTPStatusError | None:
+    """The HTTP error response lightkube was handling when ``error`` happened, if any."""
+    context = error.__context__
+    for _ in range(5):  # the JSON decoder adds a StopIteration in between
+        if context is None or isinstance(context, httpx2.HTTPStatusError):
+            return context
+        context = context.__context__
+    return None
+
+
+def _from_response(prefix: str, response: httpx2.Response) -> _Failure:
+    try:
+        body = response.text
+    except (httpx2.HTTPError, httpx2.StreamError, UnicodeDecodeError):
+        body = ""
+    detail = f"{response.status_code} {response.reason_phrase}: {body}"
+    return _http_failure(prefix, response.status_code, detail, response)
+
+
+def _http_failure(prefix: str, code: int, detail: str, response: httpx2.Response) -> _Failure:
+    temporary = code >= 500 or code in _TEMPORARY_CODES
+    return _Failure(
+        code,
+        _one_line(f"{prefix}: {detail}"),
+        temporary,
+        _retry_after(response) if temporary else None,
+    )
+
+
+def _retry_after(response: httpx2.Response) -> timedelta | None:
+    value = response.headers.get("Retry-After", "")
+    if not value.isdigit():
+        return None
+    return min(timedelta(seconds=int(value)), RETRY_AFTER_MAX)
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    if len(line) <= ERROR_TEXT_MAX_CHARS:
+        return line
+    return line[: ERROR_TEXT_MAX_CHARS - 1] + "…"
+
+
+def _owned_by(pod: Pod, job_uid: str | None) -> bool:
+    references = (pod.metadata.ownerReferences if pod.metadata else None) or []
+    jobs = [reference for reference in references if reference.kind == "Job"]
+    return job_uid is None or not jobs or any(reference.uid == job_uid for reference in jobs)
+
+
+def _phase(pod: Pod) -> str | None:
+    return pod.status.phase if pod.status else None
+
+
+def _container(pod: Pod | None) -> ContainerStatus | None:
+    statuses = (pod.status.containerStatuses if pod and pod.status else None) or []
+    for status in statuses:
+        if status.name == CONTAINER_NAME:
+            return status
+    return statuses[0] if statuses else None
+
+
+def _terminated(container: ContainerStatus | None) -> ContainerStateTerminated | None:
+    return container.state.terminated if container and container.state else None
+
+
+def _disruption(pod: Pod) -> str | None:
+    """Why the kubelet or the control plane took the Pod away (eviction, preemption)."""
+    status = pod.status
+    if status is None:
+        return None
+    if status.reason == "Evicted":
+        return _one_line(f"Evicted: {status.message or ''}")
+    for condition in status.conditions or []:
+        if condition.type == "DisruptionTarget" and condition.status == "True":
+            return _one_line(f"{condition.reason or 'Disrupted'}: {condition.message or ''}")
+    return None
+
+
+def _pending_why(pod: Pod) -> str | None:
+    """Why a build has not started yet (unschedulable, creating...), for people to read."""
+    container = _container(pod)
+    waiting = container.state.waiting if container and container.state else None
+    if waiting is not None and waiting.reason:
+        return _one_line(f"{waiting.reason}: {waiting.message or ''}")
+    for condition in (pod.status.conditions if pod.status else None) or []:
+        if condition.type == "PodScheduled" and condition.status == "False":
+            return _one_line(f"{condition.reason or 'Unschedulable'}: {condition.message or ''}")
+    return None

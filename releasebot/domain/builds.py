@@ -1,0 +1,222 @@
+"""Builds: what one Kaniko run is asked to do, how it ended, and what that means next.
+
+Pure: names, build arguments, labels and the failure classification are functions of the
+target, so a restarted releasebot derives exactly the same Job name and adopts the Job it
+launched before instead of launching a twin.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from releasebot.domain.errors import InvalidTagError
+from releasebot.domain.versions import Arch, is_oci_tag
+
+LABEL_PREFIX = "releasebot"
+DRIVER_LABEL = f"{LABEL_PREFIX}.driver-version"
+FLATCAR_LABEL = f"{LABEL_PREFIX}.flatcar-version"
+KERNEL_LABEL = f"{LABEL_PREFIX}.kernel-version"
+CHANNEL_LABEL = f"{LABEL_PREFIX}.flatcar-channel"
+
+BUILD_ARG_NAMES = (
+    "DRIVER_VERSION",
+    "DRIVER_BRANCH",
+    "FLATCAR_VERSION",
+    "FLATCAR_CHANNEL",
+    "KERNEL_VERSION",
+    "TARGETARCH",
+)
+"""The build-argument contract every recipe (Dockerfile) must declare."""
+
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
+JOB_NAME_MAX = 63  # a Job's name becomes its Pods' job-name label value: 63 at most
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    """What a build needs to know about its target (a slice of ``TargetRecord``)."""
+
+    tag: str
+    driver_version: str
+    driver_branch: str
+    flatcar_version: str
+    flatcar_channel: str
+    kernel: str
+    arches: tuple[Arch, ...]
+
+    @property
+    def kernel_release(self) -> str:
+        return f"{self.kernel}-flatcar"
+
+    @property
+    def multi_arch(self) -> bool:
+        return len(self.arches) > 1
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """One Kaniko run: one target, one arch, one attempt."""
+
+    target: BuildTarget
+    arch: Arch
+    attempt: int
+    job_name: str
+    destination_tag: str
+    """The tag the run pushes: the target's own tag, or a per-arch tag for multi-arch."""
+    build_args: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+
+
+def arch_tag(tag: str, arch: Arch) -> str:
+    """The per-arch tag a multi-arch target's builds push before the index joins them."""
+    value = f"{tag}-{arch.value}"
+    if not is_oci_tag(value):
+        raise InvalidTagError(f"{value!r} is not a valid OCI tag")
+    return value
+
+
+def job_name(tag: str, arch: Arch, attempt: int) -> str:
+    """A deterministic, DNS-1123 Job name for (tag, arch, attempt), at most 63 characters.
+
+    Readable where it fits; a digest of the full tag keeps two long tags apart.
+    """
+    digest = hashlib.sha256(tag.encode()).hexdigest()[:8]
+    suffix = f"-{digest}-{arch.value}-{attempt}"
+    slug = _NAME_UNSAFE.sub("-", tag.lower()).strip("-")
+    room = JOB_NAME_MAX - len("rb-") - len(suffix)
+    return f"rb-{slug[:room].rstrip('-')}{suffix}"
+
+
+def build_request(target: BuildTarget, arch: Arch, attempt: int) -> BuildRequest:
+    destination = arch_tag(target.tag, arch) if target.multi_arch else target.tag
+    args = (
+        ("DRIVER_VERSION", target.driver_version),
+        ("DRIVER_BRANCH", target.driver_branch),
+        ("FLATCAR_VERSION", target.flatcar_version),
+        ("FLATCAR_CHANNEL", target.flatcar_channel),
+        ("KERNEL_VERSION", target.kernel_release),
+        ("TARGETARCH", arch.value),
+    )
+    labels = (
+        (DRIVER_LABEL, target.driver_version),
+        (FLATCAR_LABEL, target.flatcar_version),
+        (KERNEL_LABEL, target.kernel_release),
+        (CHANNEL_LABEL, target.flatcar_channel),
+        ("org.opencontainers.image.version", target.tag),
+        ("org.opencontainers.image.title", "NVIDIA driver for Flatcar Container Linux"),
+    )
+    return BuildRequest(
+        target=target,
+        arch=arch,
+        attempt=attempt,
+        job_name=job_name(target.tag, arch, attempt),
+        destination_tag=destination,
+        build_args=args,
+        labels=labels,
+    )
+
+
+def parse_digest(message: str | None) -> str | None:
+    """The image digest Kaniko wrote to the termination message, or ``None`` if garbage."""
+    if message is None:
+        return None
+    text = message.strip()
+    return text if _DIGEST_RE.fullmatch(text) else None
+
+
+def is_digest(text: str) -> bool:
+    return _DIGEST_RE.fullmatch(text) is not None
+
+
+class FailureReason(enum.StrEnum):
+    """Why a build did not publish. ``transient`` says whether another attempt may help."""
+
+    OOM_KILLED = "OOMKilled"
+    EVICTED = "Evicted"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    JOB_DELETED = "JobDeleted"
+    PUSH_UNVERIFIED = "PushUnverified"
+    """Kaniko said it pushed, but the registry does not hold that digest under the tag."""
+    BAD_TERMINATION_MESSAGE = "BadTerminationMessage"
+    IMAGE_PULL = "ImagePull"
+    """The executor image cannot be pulled: a configuration problem."""
+    REJECTED = "Rejected"
+    """The API server refused the Job (invalid spec, quota, permissions)."""
+    EXIT_CODE = "NonZeroExit"
+    """The build itself failed: the recipe or its inputs need a human."""
+
+    @property
+    def transient(self) -> bool:
+        return self in _TRANSIENT
+
+
+_TRANSIENT = frozenset(
+    {
+        FailureReason.OOM_KILLED,
+        FailureReason.EVICTED,
+        FailureReason.DEADLINE_EXCEEDED,
+        FailureReason.JOB_DELETED,
+        FailureReason.PUSH_UNVERIFIED,
+        FailureReason.BAD_TERMINATION_MESSAGE,
+    }
+)
+
+
+class JobPhase(enum.StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    MISSING = "missing"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What the cluster says about one build Job."""
+
+    name: str
+    phase: JobPhase
+    termination_message: str | None = None
+    reason: FailureReason | None = None
+    message: str | None = None
+    log_tail: str | None = None
+
+
+class BuildState(enum.StrEnum):
+    LAUNCHING = "launching"
+    """Recorded before the Job is created; a restart finds it and creates or adopts."""
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def active(self) -> bool:
+        return self in (BuildState.LAUNCHING, BuildState.RUNNING)
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """One Kaniko run as the store keeps it."""
+
+    tag: str
+    arch: Arch
+    attempt: int
+    job_name: str
+    destination_tag: str
+    state: BuildState
+    created_at: datetime
+    digest: str | None = None
+    reason: FailureReason | None = None
+    message: str | None = None
+    log_tail: str | None = None
+    finished_at: datetime | None = None
+
+
+def retry_delay(attempt: int, *, base: timedelta, cap: timedelta) -> timedelta:
+    """Capped exponential backoff before attempt ``attempt + 1`` (attempt counts from 1)."""
+    factor: int = 2 ** max(0, attempt - 1)
+    return min(cap, base * factor)

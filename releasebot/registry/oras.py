@@ -1,0 +1,578 @@
+"""The real ``Registry`` adapter: one repository in one OCI registry, through oras-py.
+
+Why it exists: releasebot asks the registry which tags exist and with which digest (once
+per cycle, for every target), reads image labels to confirm a build, and publishes the OCI
+index of a multi-arch tag. It speaks the distribution API directly for those four questions:
+manifest HEAD with every manifest media type in ``Accept``, paginated ``tags/list``, a
+manifest and config-blob GET, and a manifest PUT.
+
+What it takes from oras-py: the ``requests`` session ``oras.provider.Registry`` sets up
+(cookies refused, which Harbor needs; the ``insecure`` / CA / ``tls_verify`` settings) and
+its ``WWW-Authenticate`` parser. What it deliberately does NOT use: ``Registry.do_request``
+and the auth backends. ``do_request`` sleeps about two minutes on a 5xx or a refused
+login, has no timeout, and raises a bare ``ValueError``; its token backend cannot answer a
+``Basic`` challenge and reports a token service that is down the same way as a wrong
+password. So the request loop here is its own: a timeout on every request, ``retries``
+bounded attempts with capped backoff through an injected ``sleep``, ``Basic`` and
+``Bearer`` (token service) challenges both answered, and every failure translated into
+the domain's error tree. No ``requests`` or ``oras`` exception escapes.
+
+Not here: pushing images (Kaniko does), deleting tags, Docker credential helpers
+(``credsStore``/``credHelpers``) and ``identitytoken`` refresh tokens (the Secret Kaniko
+mounts carries ``auth`` or ``username``/``password``), and Docker Hub's host aliases.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, NoReturn, cast
+from urllib.parse import urljoin, urlsplit
+
+import oras.auth.utils
+import oras.provider
+import requests
+from requests.structures import CaseInsensitiveDict
+from requests.utils import parse_header_links
+
+from releasebot.domain.builds import is_digest
+from releasebot.domain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
+from releasebot.domain.versions import Arch
+from releasebot.registry import (
+    IMAGE_TYPES,
+    INDEX_TYPES,
+    MANIFEST_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    IndexEntry,
+    common_labels,
+    render_index,
+    sha256_digest,
+)
+from releasebot.registry.dockerconfig import encode_basic, read_docker_config
+
+log = logging.getLogger(__name__)
+
+MAX_RETRIES = 5
+"""Upper bound for ``retries``: one registry call must not turn into minutes of hammering."""
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Largest manifest, config blob, tag page or token answer read: distribution's own manifest
+limit. Anything bigger is not what releasebot asked for."""
+
+MAX_ERROR_TEXT = 200
+"""Longest piece of registry or library text quoted in an error message."""
+
+MAX_PAGES = 10_000
+"""Tag pages followed at most (10 million tags at the default page size): a registry whose
+``Link`` header never ends must not hold a cycle forever."""
+
+DEFAULT_PAGE_SIZE = 1000
+"""Tags asked per ``tags/list`` page. 1,000 keeps a big repository to a few requests and is
+the largest page most registries (distribution 3, Harbor, GHCR) serve."""
+
+Sleep = Callable[[timedelta], None]
+
+_ACCEPT = ", ".join(MANIFEST_TYPES)
+_IMAGE_ACCEPT = ", ".join(sorted(IMAGE_TYPES))
+_SSL_REASON = re.compile(r"\[SSL: [A-Z_]+\][^'\"()]*")
+_OS_REASON = re.compile(r"\[Errno -?\d+\][^'\"()]*")
+
+
+def _real_sleep(delay: timedelta) -> None:
+    time.sleep(delay.total_seconds())
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    reason: str
+    headers: CaseInsensitiveDict[str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class _Manifest:
+    media_type: str
+    body: bytes
+    document: dict[str, Any]
+
+
+class _TransientError(Exception):
+    """Internal: a failure another attempt may fix (network, timeout, 429, 5xx)."""
+
+    def __init__(self, problem: str, wait: timedelta | None = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.wait = wait
+
+
+class OrasRegistry:
+    """``Registry`` on a real OCI registry (``repository`` is ``host[:port]/path``).
+
+    ``insecure`` speaks plain HTTP; ``ca_file`` trusts a private CA; ``tls_verify=False``
+    accepts any certificate (and wins over ``ca_file``). Credentials come from
+    ``username``/``password`` or, failing those, from ``docker_config``'s entry for the
+    host; none means anonymous. ``retries`` extra attempts follow a transient failure,
+    after ``backoff`` doubled per attempt up to ``max_backoff``.
+
+    ``request_count`` counts every HTTP request sent (token requests and retries included).
+    """
+
+    def __init__(
+        self,
+        repository: str,
+        *,
+        insecure: bool = False,
+        ca_file: str | None = None,
+        tls_verify: bool = True,
+        docker_config: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: timedelta = timedelta(seconds=30),
+        retries: int = 2,
+        sleep: Sleep = _real_sleep,
+        backoff: timedelta = timedelta(seconds=1),
+        max_backoff: timedelta = timedelta(seconds=10),
+        page_size: int = DEFAULT_PAGE_SIZE,
+        user_agent: str = "releasebot",
+    ) -> None:
+        host, _, name = repository.partition("/")
+        if not host or not name or "://" in repository:
+            raise ValueError(f"repository must be host[:port]/path, got {repository!r}")
+        if not 0 <= retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be between 0 and {MAX_RETRIES}, got {retries}")
+        if timeout <= timedelta(0) or page_size < 1:
+            raise ValueError("timeout and page_size must be positive")
+        if ca_file is not None and tls_verify and not insecure and not Path(ca_file).is_file():
+            raise RegistryError(f"registry {host}: CA file {ca_file} not found")
+        self._repository = repository
+        self._host = host
+        self._base = f"{'http' if insecure else 'https'}://{host}/v2/{name}"
+        self._verify: bool | str = (ca_file or True) if tls_verify else False
+        self._session = _oras_session(host, insecure=insecure, verify=self._verify)
+        self._timeout = timeout
+        self._retries = retries
+        self._sleep = sleep
+        self._backoff = backoff
+        self._max_backoff = max_backoff
+        self._page_size = page_size
+        self._user_agent = user_agent
+        if username is not None or password is not None:
+            self._basic: str | None = encode_basic(username or "", password or "")
+        elif docker_config is not None:
+            self._basic = read_docker_config(docker_config, host)
+        else:
+            self._basic = None
+        self._auth_header: str | None = None
+        """The last Authorization that worked, sent up front to save a 401 round trip."""
+        self._lock = threading.Lock()
+        self.request_count = 0
+
+    def __repr__(self) -> str:
+        credentials = "basic" if self._basic else "anonymous"
+        return f"OrasRegistry({self._repository!r}, credentials={credentials})"
+
+    @property
+    def repository(self) -> str:
+        return self._repository
+
+    # -- the Registry port -------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._session.close()
+
+    def digest(self, tag: str) -> str | None:
+        answer = self._call("HEAD", self._manifest_url(tag), {"Accept": _ACCEPT})
+        if answer.status == 404:
+            return None
+        self._expect_ok(answer, f"manifest {tag}")
+        digest = answer.headers.get("Docker-Content-Digest")
+        if digest is None:
+            # The header is only a SHOULD in the distribution spec: hash the body instead.
+            manifest = self._get_manifest(tag, _ACCEPT)
+            return None if manifest is None else sha256_digest(manifest.body)
+        if not is_digest(digest):
+            raise RegistryError(
+                f"registry {self._host}: manifest {tag} has an odd digest {_trim(digest)!r}"
+            )
+        return digest
+
+    def tags(self) -> set[str]:
+        url: str | None = f"{self._base}/tags/list?n={self._page_size}"
+        seen: set[str] = set()
+        tags: set[str] = set()
+        while url is not None:
+            if url in seen or len(seen) >= MAX_PAGES:
+                raise RegistryError(f"registry {self._host}: tag pagination does not end")
+            seen.add(url)
+            answer = self._call("GET", url, {"Accept": "application/json"})
+            if answer.status == 404 and len(seen) == 1 and _is_unknown_name(answer):
+                return set()
+            self._expect_ok(answer, "tag list")
+            page = _parse_tag_page(self._host, answer.body)
+            tags.update(page)
+            # A page without tags ends the walk even if a Link follows (seen on some proxies).
+            url = self._next_page(answer, url) if page else None
+        return tags
+
+    def labels(self, reference: str) -> dict[str, str]:
+        """An image's config labels; for an index, its annotations (the labels all its
+        images share when ``push_index`` wrote it). Never the first image's labels: which
+        image is "first" in somebody else's index means nothing."""
+        manifest = self._get_manifest(reference, _ACCEPT)
+        if manifest is None:
+            raise RegistryError(f"registry {self._host}: no manifest {reference}")
+        if manifest.media_type in INDEX_TYPES:
+            return _string_map(self._host, manifest.document.get("annotations"), "annotations")
+        return self._config(reference, manifest)[1]
+
+    def push_index(self, tag: str, manifests: Sequence[tuple[Arch, str]]) -> str:
+        entries: list[IndexEntry] = []
+        label_sets: list[dict[str, str]] = []
+        for arch, digest in manifests:
+            manifest = self._get_manifest(digest, _IMAGE_ACCEPT)
+            if manifest is None:
+                raise RegistryError(f"registry {self._host}: no {arch} manifest {digest}")
+            if manifest.media_type not in IMAGE_TYPES or sha256_digest(manifest.body) != digest:
+                raise RegistryError(
+                    f"registry {self._host}: {digest} is not the {arch} image manifest "
+                    f"({_trim(manifest.media_type)})"
+                )
+            built_for, labels = self._config(digest, manifest)
+            if built_for != arch.value:
+                raise RegistryError(
+                    f"registry {self._host}: {digest} is an image for {_trim(built_for)!r}, "
+                    f"not {arch}"
+                )
+            entries.append(IndexEntry(arch, digest, manifest.media_type, len(manifest.body)))
+            label_sets.append(labels)
+        body = render_index(entries, common_labels(label_sets))
+        expected = sha256_digest(body)
+        answer = self._call("PUT", self._manifest_url(tag), {"Content-Type": OCI_INDEX}, body)
+        self._expect_ok(answer, f"index {tag}")
+        answered = answer.headers.get("Docker-Content-Digest")
+        if answered is not None and answered != expected:
+            raise RegistryError(
+                f"registry {self._host}: stored index {tag} as {_trim(answered)}, "
+                f"but the bytes sent hash to {expected}"
+            )
+        return expected
+
+    # -- reading manifests and configs -------------------------------------------------
+
+    def _manifest_url(self, reference: str) -> str:
+        return f"{self._base}/manifests/{reference}"
+
+    def _get_manifest(self, reference: str, accept: str) -> _Manifest | None:
+        answer = self._call("GET", self._manifest_url(reference), {"Accept": accept})
+        if answer.status == 404:
+            return None
+        self._expect_ok(answer, f"manifest {reference}")
+        document = _json_object(self._host, answer.body, f"manifest {reference}")
+        media_type = answer.headers.get("Content-Type", "").split(";")[0].strip()
+        if media_type not in IMAGE_TYPES | INDEX_TYPES:
+            # Some registries answer application/json: the document then says what it is.
+            declared = document.get("mediaType")
+            if isinstance(declared, str) and declared:
+                media_type = declared
+            else:
+                media_type = OCI_INDEX if "manifests" in document else OCI_MANIFEST
+        return _Manifest(media_type, answer.body, document)
+
+    def _config(self, reference: str, manifest: _Manifest) -> tuple[str, dict[str, str]]:
+        """The image's architecture and labels, from its config blob."""
+        config = manifest.document.get("config")
+        digest = config.get("digest") if isinstance(config, dict) else None
+        if not isinstance(digest, str) or not is_digest(digest):
+            raise RegistryError(
+                f"registry {self._host}: manifest {reference} names no config blob "
+                f"({_trim(manifest.media_type)})"
+            )
+        answer = self._call("GET", f"{self._base}/blobs/{digest}", {})
+        if answer.status == 404:
+            raise RegistryError(f"registry {self._host}: config blob {digest} is missing")
+        self._expect_ok(answer, f"config blob {digest}")
+        if sha256_digest(answer.body) != digest:
+            raise RegistryError(f"registry {self._host}: config blob {digest} is corrupt")
+        document = _json_object(self._host, answer.body, f"config blob {digest}")
+        architecture = document.get("architecture")
+        inner = document.get("config")
+        labels = inner.get("Labels") if isinstance(inner, dict) else None
+        return (
+            architecture if isinstance(architecture, str) else "",
+            _string_map(self._host, labels, "config.Labels"),
+        )
+
+    def _next_page(self, answer: _Answer, url: str) -> str | None:
+        for link in parse_header_links(answer.headers.get("Link", "")):
+            if link.get("rel") == "next" and link.get("url"):
+                target = urljoin(url, link["url"])
+                here, there = urlsplit(url), urlsplit(target)
+                if (here.scheme, here.netloc) != (there.scheme, there.netloc):
+                    # Following it would hand our credentials to another host.
+                    raise RegistryError(
+                        f"registry {self._host}: tag list links to another host "
+                        f"({_trim(there.netloc)})"
+                    )
+                return target
+        return None
+
+    # -- requests: retries, auth, translation ------------------------------------------
+
+    def _call(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None
+    ) -> _Answer:
+        """One logical request: authenticated, retried while transient; any other answer
+        (including 404) is returned. Raises the domain's registry errors."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                answer = self._authorized(method, url, headers, body)
+                _raise_if_transient(answer)
+                return answer
+            except _TransientError as error:
+                delay = min(self._backoff * 2 ** (attempt - 1), self._max_backoff)
+                if error.wait is not None:
+                    delay = max(delay, min(error.wait, self._max_backoff))
+                if attempt > self._retries:
+                    tries = f" (after {attempt} attempts)" if attempt > 1 else ""
+                    raise RegistryUnavailableError(
+                        f"registry {self._host}: {error.problem}{tries}"
+                    ) from (error.__cause__ or error)
+                log.warning(
+                    "registry %s: %s; retrying in %gs",
+                    self._host,
+                    error.problem,
+                    delay.total_seconds(),
+                )
+                self._sleep(delay)
+
+    def _authorized(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+    ) -> _Answer:
+        sent = self._auth_header
+        answer = self._send(method, url, _with_auth(headers, sent), body)
+        if answer.status not in (401, 403):
+            return answer
+        fresh = self._answer_challenge(answer, sent)
+        answer = self._send(method, url, _with_auth(headers, fresh), body)
+        if answer.status in (401, 403):
+            self._auth_failed(answer.status, answer.reason)
+        return answer
+
+    def _answer_challenge(self, answer: _Answer, sent: str | None) -> str:
+        """The Authorization that answers the registry's challenge, or raise."""
+        challenge = answer.headers.get("WWW-Authenticate", "")
+        scheme = challenge.split(" ", 1)[0].lower()
+        if scheme == "basic":
+            if self._basic is None:
+                raise RegistryAuthError(
+                    f"registry {self._host}: {answer.status} {answer.reason} and no "
+                    "credentials are configured for it — set the docker config or a username"
+                )
+            header = f"Basic {self._basic}"
+            if sent == header:
+                self._auth_failed(answer.status, answer.reason)
+        elif scheme == "bearer":
+            parsed = oras.auth.utils.parse_auth_header(challenge)
+            realm = cast(str | None, parsed.realm)
+            service = cast(str | None, parsed.service)
+            scope = cast(str | None, parsed.scope)
+            if not realm:
+                raise RegistryError(f"registry {self._host}: bearer challenge without a realm")
+            header = f"Bearer {self._token(realm, service, scope)}"
+        else:
+            self._auth_failed(answer.status, answer.reason)
+        self._auth_header = header
+        return header
+
+    def _token(self, realm: str, service: str | None, scope: str | None) -> str:
+        """A token from the registry's token service (basic credentials if any, else anon)."""
+        parts = urlsplit(realm)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise RegistryError(f"registry {self._host}: odd token realm {_trim(realm)!r}")
+        params = {key: value for key, value in (("service", service), ("scope", scope)) if value}
+        prepared = requests.Request("GET", realm, params=params).prepare()
+        headers = {"Accept": "application/json"}
+        if self._basic is not None:
+            headers["Authorization"] = f"Basic {self._basic}"
+        answer = self._send("GET", str(prepared.url), headers, None)
+        if answer.status in (401, 403):
+            raise RegistryAuthError(
+                f"registry {self._host}: token service {parts.netloc} answered "
+                f"{answer.status} {answer.reason} — check the docker config / credentials"
+            )
+        _raise_if_transient(answer)
+        self._expect_ok(answer, "token")
+        document = _json_object(self._host, answer.body, "token answer")
+        token = document.get("token") or document.get("access_token")
+        if not isinstance(token, str) or not token or not token.isprintable():
+            raise RegistryError(f"registry {self._host}: token service sent no usable token")
+        return token
+
+    def _auth_failed(self, status: int, reason: str) -> NoReturn:
+        raise RegistryAuthError(
+            f"registry {self._host}: {status} {reason} — check the docker config / credentials"
+        )
+
+    def _send(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
+    ) -> _Answer:
+        """One HTTP request; transport failures become ``_TransientError`` or ``RegistryError``."""
+        with self._lock:
+            self.request_count += 1
+        try:
+            response = self._session.request(
+                method,
+                url,
+                headers={"User-Agent": self._user_agent, **headers},
+                data=body,
+                timeout=self._timeout.total_seconds(),
+                verify=self._verify,
+                stream=True,
+                allow_redirects=True,  # blob GETs may redirect to storage; auth is dropped
+            )
+            with response:
+                content = b"" if method == "HEAD" else self._read(response)
+                return _Answer(
+                    response.status_code, response.reason or "", response.headers, content
+                )
+        except requests.exceptions.SSLError as exc:
+            raise RegistryError(_tls_problem(self._host, exc)) from exc
+        except requests.exceptions.Timeout as exc:
+            raise _TransientError(f"timed out after {self._timeout.total_seconds():g}s") from exc
+        except (
+            requests.exceptions.ConnectionError,
+            requests.exceptions.ChunkedEncodingError,
+        ) as exc:
+            raise _TransientError(f"unreachable: {_os_reason(exc)}") from exc
+        except requests.exceptions.RequestException as exc:
+            raise RegistryError(f"registry {self._host}: request failed: {_trim(exc)}") from exc
+        except OSError as exc:  # requests raises a bare OSError for an unreadable CA file
+            raise RegistryError(f"registry {self._host}: {_trim(exc)}") from exc
+
+    def _read(self, response: requests.Response) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_content(64 * 1024):
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise RegistryError(
+                    f"registry {self._host}: answer body is over {MAX_BODY_BYTES} bytes"
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _expect_ok(self, answer: _Answer, what: str) -> None:
+        if 200 <= answer.status < 300:
+            return
+        raise RegistryError(
+            f"registry {self._host}: {what}: {answer.status} {answer.reason}{_error_detail(answer)}"
+        )
+
+
+def _with_auth(headers: Mapping[str, str], authorization: str | None) -> dict[str, str]:
+    return {**headers, "Authorization": authorization} if authorization else dict(headers)
+
+
+def _oras_session(host: str, *, insecure: bool, verify: bool | str) -> requests.Session:
+    """The ``requests`` session oras-py sets up for ``host`` (the only untyped call here)."""
+    provider = oras.provider.Registry(hostname=host, insecure=insecure, tls_verify=verify)
+    return cast(requests.Session, provider.session)
+
+
+# -- answers ---------------------------------------------------------------------------
+
+
+def _raise_if_transient(answer: _Answer) -> None:
+    status = answer.status
+    if status in (408, 429) or 500 <= status < 600:
+        raise _TransientError(
+            f"{status} {answer.reason}".rstrip(), _retry_after(answer.headers.get("Retry-After"))
+        )
+
+
+def _retry_after(value: str | None) -> timedelta | None:
+    if value and value.strip().isascii() and value.strip().isdigit():
+        return timedelta(seconds=min(int(value.strip()), 86_400))
+    return None
+
+
+def _first_error(answer: _Answer) -> tuple[str, str]:
+    """``(code, message)`` of the registry's JSON error body; empty strings when none."""
+    try:
+        first = json.loads(answer.body)["errors"][0]
+        return str(first.get("code", "")), str(first.get("message", ""))
+    except (ValueError, AttributeError, TypeError, IndexError, KeyError):
+        return "", ""
+
+
+def _error_detail(answer: _Answer) -> str:
+    """``: CODE message`` from the registry's error body, trimmed; '' when there is none."""
+    code, message = _first_error(answer)
+    return f": {_trim(code)} {_trim(message)}".rstrip() if code or message else ""
+
+
+def _is_unknown_name(answer: _Answer) -> bool:
+    return _first_error(answer)[0] in ("NAME_UNKNOWN", "NOT_FOUND")
+
+
+def _json_object(host: str, body: bytes, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RegistryError(f"registry {host}: {what} is not JSON") from exc
+    if not isinstance(document, dict):
+        raise RegistryError(f"registry {host}: {what} is not a JSON object")
+    return document
+
+
+def _parse_tag_page(host: str, body: bytes) -> list[str]:
+    tags = _json_object(host, body, "tag list").get("tags")
+    if tags is None:  # an empty repository answers "tags": null
+        return []
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise RegistryError(f"registry {host}: tag list has no list of tags")
+    return cast(list[str], tags)
+
+
+def _string_map(host: str, value: object, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(key, str) and isinstance(item, str) for key, item in value.items()
+    ):
+        raise RegistryError(f"registry {host}: {what} is not a map of strings")
+    return dict(value)
+
+
+def _tls_problem(host: str, exc: Exception) -> str:
+    found = _SSL_REASON.search(str(exc))
+    reason = _trim(found.group(0).strip() if found else type(exc).__name__)
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        hint = "set the registry's CA file, or turn TLS verification off"
+    elif "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER" in reason:
+        hint = "does the registry speak plain HTTP (insecure)?"
+    else:
+        hint = "check the registry's TLS settings"
+    return f"registry {host}: TLS handshake failed: {reason} — {hint}"
+
+
+def _os_reason(exc: Exception) -> str:
+    found = _OS_REASON.search(str(exc))
+    return _trim(found.group(0).strip() if found else type(exc).__name__)
+
+
+def _trim(value: object) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
