@@ -12,20 +12,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from releasebot import __version__
-from releasebot.domain.errors import ConfigError, ReleasebotError
+from releasebot.domain.errors import (
+    ConfigError,
+    ReleasebotError,
+    UnknownTargetError,
+    VersionError,
+)
 
 if TYPE_CHECKING:
     from releasebot.config import Settings
     from releasebot.domain.models import TargetRecord
-    from releasebot.service.plan import FeedOutcome, PlanResult
+    from releasebot.domain.ports import Registry
+    from releasebot.service.plan import FeedOutcome
+    from releasebot.service.reconcile import CycleReport
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -35,12 +43,13 @@ EXIT_USAGE = 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    _configure_logging(quiet=getattr(args, "quiet", False))
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
         return int(args.handler(args))
-    except ConfigError as error:
+    except (ConfigError, VersionError, UnknownTargetError) as error:
         _error(str(error))
         return EXIT_USAGE
     except ReleasebotError as error:
@@ -91,6 +100,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=_cmd_demo)
 
+    reconcile = commands.add_parser(
+        "reconcile",
+        parents=[common],
+        help="one cycle: poll, plan, follow builds, check the registry, launch what is missing",
+    )
+    reconcile.add_argument("--once", action="store_true", help="run one cycle and exit")
+    reconcile.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the Job manifests the cycle would create; change nothing",
+    )
+    reconcile.set_defaults(handler=_cmd_reconcile)
+
+    build = commands.add_parser(
+        "build", parents=[common], help="launch the build of one target now, by hand"
+    )
+    build.add_argument("driver", help="NVIDIA driver version, e.g. 580.178.04")
+    build.add_argument("flatcar", help="Flatcar version, e.g. 4593.2.5")
+    build.add_argument(
+        "--arch",
+        action="append",
+        choices=("amd64", "arm64"),
+        help="build only this arch (repeatable; default: the configured arches)",
+    )
+    build.add_argument(
+        "--force", action="store_true", help="build and push again even if the tag exists"
+    )
+    build.add_argument(
+        "--dry-run", action="store_true", help="print the Job manifests; change nothing"
+    )
+    build.set_defaults(handler=_cmd_build)
+
     db = commands.add_parser("db", help="manage the state store's schema")
     db_commands = db.add_subparsers(title="db commands", metavar="COMMAND", required=True)
     upgrade = db_commands.add_parser(
@@ -119,84 +160,123 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from releasebot.registry.memory import MemoryRegistry
     from releasebot.wiring import demo_settings
 
     base = _load(args)
+    repository = base.registry.repository  # an empty registry: every target is missing
     if args.dir is not None:
         directory = Path(args.dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        return _run_plan(demo_settings(base, directory), args)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError("--dir", f"cannot use {directory}: {error.strerror}") from None
+        return _run_plan(demo_settings(base, directory), args, MemoryRegistry(repository))
     with tempfile.TemporaryDirectory(prefix="releasebot-demo-") as temporary:
-        return _run_plan(demo_settings(base, Path(temporary)), args)
+        return _run_plan(demo_settings(base, Path(temporary)), args, MemoryRegistry(repository))
 
 
-def _run_plan(settings: Settings, args: argparse.Namespace) -> int:
-    from releasebot.wiring import plan_service
+def _run_plan(
+    settings: Settings, args: argparse.Namespace, registry: Registry | None = None
+) -> int:
+    from releasebot.wiring import reconcile_service
 
+    with reconcile_service(
+        settings, _on_outcome(args), cluster=False, registry=registry
+    ) as service:
+        report = service.plan()
+    assert report.plan is not None
+    for warning in report.plan.warnings:
+        _error(f"warning: {warning}")
+    for problem in report.errors:
+        _error(f"{problem} (states are shown as last known)")
+    _print_targets(report.targets or report.plan.targets, args.format, sys.stdout)
+    if not report.plan.targets and report.plan.failed:
+        _error("nothing could be planned: fix the failing feeds above and run again")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _on_outcome(args: argparse.Namespace) -> Callable[[FeedOutcome], None]:
     def on_outcome(outcome: FeedOutcome) -> None:
         if outcome.error is not None:
             _error(str(outcome.error))
         elif not args.quiet:
             _progress(outcome)
 
-    with plan_service(settings, on_outcome) as service:
-        result = service.plan()
-    for warning in result.warnings:
-        _error(f"warning: {warning}")
-    _print_targets(result, args.format, sys.stdout)
-    if not result.targets and result.failed:
-        _error("nothing could be planned: fix the failing feeds above and run again")
+    return on_outcome
+
+
+def _cmd_reconcile(args: argparse.Namespace) -> int:
+    from releasebot.wiring import reconcile_service
+
+    if not args.once:
+        _error("reconcile runs one cycle: pass --once")
+        return EXIT_USAGE
+    settings = _load(args)
+    with reconcile_service(settings, _on_outcome(args), dry_run=args.dry_run) as service:
+        report = service.cycle()
+    return _print_report(report, args)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from releasebot.domain.versions import Arch
+    from releasebot.wiring import reconcile_service
+
+    settings = _load(args)
+    arches = frozenset(Arch(arch) for arch in args.arch) if args.arch else None
+    with reconcile_service(settings, _on_outcome(args), dry_run=args.dry_run) as service:
+        report = service.build_by_hand(args.driver, args.flatcar, arches=arches, force=args.force)
+    return _print_report(report, args)
+
+
+def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
+    if args.dry_run:
+        json.dump(report.manifests, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for decision in report.decisions:
+            job = f" [{decision.job}]" if decision.job else ""
+            detail = f": {decision.detail}" if decision.detail else ""
+            print(f"{decision.action} {decision.tag}{job}{detail}")
+    for problem in report.errors:
+        _error(problem)
+    planned = report.plan is not None and bool(report.plan.targets)
+    if report.errors or (report.plan is not None and report.plan.failed and not planned):
         return EXIT_FAILED
     return EXIT_OK
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from releasebot.store import migrate
-    from releasebot.store.engine import make_engine
+    from releasebot.wiring import db_upgrade
 
-    engine = make_engine(_load(args).database.url)
-    try:
-        migrate.upgrade(engine, args.revision)
-        _say(args, f"database at {migrate.current_revision(engine) or 'base'}")
-    finally:
-        engine.dispose()
+    _say(args, f"database at {db_upgrade(_load(args).database.url, args.revision)}")
     return EXIT_OK
 
 
 def _cmd_db_downgrade(args: argparse.Namespace) -> int:
-    from releasebot.store import migrate
-    from releasebot.store.engine import make_engine
+    from releasebot.wiring import db_downgrade
 
-    engine = make_engine(_load(args).database.url)
-    try:
-        migrate.downgrade(engine, args.revision)
-        _say(args, f"database at {migrate.current_revision(engine) or 'base'}")
-    finally:
-        engine.dispose()
+    _say(args, f"database at {db_downgrade(_load(args).database.url, args.revision)}")
     return EXIT_OK
 
 
 def _cmd_db_current(args: argparse.Namespace) -> int:
-    from releasebot.store import migrate
-    from releasebot.store.engine import make_engine
+    from releasebot.wiring import db_current
 
-    engine = make_engine(_load(args).database.url)
-    try:
-        print(migrate.current_revision(engine) or "base")
-    finally:
-        engine.dispose()
+    print(db_current(_load(args).database.url))
     return EXIT_OK
 
 
-def _print_targets(result: PlanResult, fmt: str, out: TextIO) -> None:
+def _print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> None:
     if fmt == "json":
-        json.dump([_target_json(target) for target in result.targets], out, indent=2)
+        json.dump([_target_json(target) for target in targets], out, indent=2)
         out.write("\n")
         return
-    if not result.targets:
+    if not targets:
         out.write("no targets\n")
         return
-    header = ("TAG", "DRIVER", "FLATCAR", "CHANNEL", "KERNEL", "ARCHES", "STATE")
+    header = ("TAG", "DRIVER", "FLATCAR", "CHANNEL", "KERNEL", "ARCHES", "STATE", "DIGEST")
     rows = [header] + [
         (
             t.tag,
@@ -206,13 +286,18 @@ def _print_targets(result: PlanResult, fmt: str, out: TextIO) -> None:
             t.kernel,
             ",".join(t.arches),
             t.state.value,
+            _short_digest(t.digest),
         )
-        for t in result.targets
+        for t in targets
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
         cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         out.write("  ".join(cells).rstrip() + "\n")
+
+
+def _short_digest(digest: str | None) -> str:
+    return "" if digest is None else digest[: len("sha256:") + 12]
 
 
 def _target_json(target: TargetRecord) -> dict[str, Any]:
@@ -223,9 +308,12 @@ def _target_json(target: TargetRecord) -> dict[str, Any]:
         "flatcar_version": target.flatcar_version,
         "flatcar_channel": target.flatcar_channel,
         "kernel": target.kernel,
-        "kernel_release": f"{target.kernel}-flatcar",
+        "kernel_release": target.kernel_release,
         "arches": [arch.value for arch in target.arches],
         "state": target.state.value,
+        "digest": target.digest,
+        "attempts": target.attempts,
+        "last_error": target.last_error,
         "first_planned_at": target.first_planned_at.isoformat(),
     }
 
@@ -240,6 +328,27 @@ def _progress(outcome: FeedOutcome) -> None:
     else:
         via = f"{outcome.requests} request" + ("s" if outcome.requests > 1 else "")
     _error(f"feed {outcome.feed}: {detail} ({via}, {seconds:.2f} s)")
+
+
+class _StderrHandler(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at the time (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never break the command
+            self.handleError(record)
+
+
+def _configure_logging(*, quiet: bool) -> None:
+    """Adapters' warnings (retries, skipped work) as ``releasebot: ...`` lines on stderr."""
+    logger = logging.getLogger("releasebot")
+    if not logger.handlers:
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("releasebot: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.ERROR if quiet else logging.WARNING)
 
 
 def _say(args: argparse.Namespace, message: str) -> None:

@@ -12,8 +12,10 @@ Defaults, their units and why they are what they are: ``config/releasebot.exampl
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import ssl
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -44,6 +46,9 @@ class DatabaseSettings:
     def __repr__(self) -> str:  # the URL may hold a password
         return f"DatabaseSettings(url={redact_url(self.url)!r})"
 
+    def __str__(self) -> str:
+        return repr(self)
+
 
 @dataclass(frozen=True)
 class FlatcarSettings:
@@ -64,6 +69,60 @@ class NvidiaSettings:
 @dataclass(frozen=True)
 class RegistrySettings:
     repository: str = "registry.example.com/nvidia/driver"
+    insecure: bool = False
+    """Plain HTTP (a registry on a private network without TLS)."""
+    ca_file: str = ""
+    tls_verify: bool = True
+    docker_config: str = ""
+    """Path to a Docker ``config.json`` (the Secret Kaniko mounts); empty: none."""
+    username: str = ""
+    password: str = field(default="", repr=False)
+    timeout_seconds: float = 30.0
+    retries: int = 2
+
+    @property
+    def host(self) -> str:
+        return self.repository.split("/", 1)[0]
+
+    @property
+    def path(self) -> str:
+        return self.repository.split("/", 1)[1]
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    namespace: str = "releasebot"
+    kubeconfig: str = ""
+    """Empty: the in-cluster service account, else ``$KUBECONFIG``."""
+
+
+@dataclass(frozen=True)
+class KanikoSettings:
+    executor_image: str = "ghcr.io/osscontainertools/kaniko:v1.28.0"
+    registry_secret: str = "releasebot-registry"  # noqa: S105 - a Secret's name, no secret
+    context: str = ""
+    """A git context (``git://host/repo.git#refs/heads/main#<commit>``); empty: the
+    ConfigMap ``context_configmap`` mounted as ``dir://``."""
+    context_configmap: str = "releasebot-recipe"
+    context_sub_path: str = ""
+    dockerfile: str = "Dockerfile"
+    memory_request: str = "4Gi"
+    memory_limit: str = "8Gi"
+    ephemeral_storage_request: str = "10Gi"
+    ephemeral_storage_limit: str = "20Gi"
+    cpu_request: str = "1"
+    active_deadline_seconds: int = 3600
+    ttl_seconds_after_finished: int = 86400
+    push_retry: int = 3
+    user_namespace: bool = False
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    max_concurrent_builds: int = 2
+    max_attempts: int = 3
+    retry_base_seconds: int = 300
+    retry_cap_seconds: int = 21600
 
 
 @dataclass(frozen=True)
@@ -86,6 +145,9 @@ class Settings:
     nvidia: NvidiaSettings = field(default_factory=NvidiaSettings)
     registry: RegistrySettings = field(default_factory=RegistrySettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    kaniko: KanikoSettings = field(default_factory=KanikoSettings)
+    build: BuildSettings = field(default_factory=BuildSettings)
 
     def policy(self) -> Policy:
         return Policy(
@@ -111,12 +173,18 @@ _SECTIONS: dict[str, type[Any]] = {
     "nvidia": NvidiaSettings,
     "registry": RegistrySettings,
     "http": HttpSettings,
+    "kubernetes": KubernetesSettings,
+    "kaniko": KanikoSettings,
+    "build": BuildSettings,
 }
 
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (for logs and errors)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not parseable: hide whatever stands before an '@'
+        return re.sub(r"://[^/@]*@", "://***@", url)
     if parts.password is None:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
@@ -164,21 +232,29 @@ def _apply_environment(raw: dict[str, dict[str, Any]], environ: Mapping[str, str
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
         if section not in _SECTIONS or not key:
             raise ConfigError(name, "unknown setting in the environment")
-        raw.setdefault(section, {})[key] = _EnvText(value)
+        text = _EnvText(value)
+        text.source = name
+        raw.setdefault(section, {})[key] = text
 
 
 class _EnvText(str):
-    """A value that came from the environment: converted to the field's type on build."""
+    """A value that came from the environment: converted to the field's type on build.
 
-    __slots__ = ()
+    ``source`` is the variable's name, so an error names what the user actually set.
+    """
+
+    source: str = ""
 
 
 def _build_section(name: str, values: Mapping[str, Any]) -> Any:
     cls = _SECTIONS[name]
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for key, value in values.items():
         dotted = f"{name}.{key}"
+        if isinstance(value, _EnvText):
+            dotted = sources[key] = value.source
         if key not in known:
             raise ConfigError(dotted, f"unknown key (known: {', '.join(known)})")
         kwargs[key] = _convert(dotted, value, type(getattr(cls(), key)))
@@ -186,7 +262,7 @@ def _build_section(name: str, values: Mapping[str, Any]) -> Any:
     for key in known:
         check = _CHECKS.get(f"{name}.{key}")
         if check is not None:
-            normalised = check(f"{name}.{key}", getattr(section, key))
+            normalised = check(sources.get(key, f"{name}.{key}"), getattr(section, key))
             object.__setattr__(section, key, normalised)
     return section
 
@@ -197,7 +273,12 @@ def _convert(key: str, value: Any, kind: type) -> Any:
     if kind is tuple:
         if not isinstance(value, list):
             raise ConfigError(key, f"must be a list, got {type(value).__name__}")
-        return tuple(str(item) if isinstance(item, int | str) else item for item in value)
+        items = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int | str):
+                raise ConfigError(key, f"must be a list of strings, got {item!r}")
+            items.append(str(item))
+        return tuple(items)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
@@ -206,19 +287,27 @@ def _convert(key: str, value: Any, kind: type) -> Any:
 
 
 def _convert_env(key: str, text: str, kind: type) -> Any:
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(key, f"must be true or false, got {text!r}")
+        return lowered in ("true", "1", "yes")
     if kind is tuple:
         return tuple(item.strip() for item in text.split(",") if item.strip())
     if kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             raise ConfigError(key, f"must be a number, got {text!r}") from None
+        if not math.isfinite(number):
+            raise ConfigError(key, f"must be a finite number, got {text!r}")
+        return number
     return text
 
 
-def _positive(key: str, value: int | float) -> int | float:
-    if value <= 0:
-        raise ConfigError(key, f"must be greater than 0, got {value}")
+def _positive(key: str, value: float) -> float:
+    if not math.isfinite(value) or not 0 < value <= 3600:
+        raise ConfigError(key, f"must be a number of seconds between 0 and 3600, got {value}")
     return value
 
 
@@ -235,11 +324,18 @@ def _not_negative(key: str, value: int) -> int:
 
 
 def _feed_url(key: str, value: str) -> str:
-    parts = urlsplit(value)
+    shown = redact_url(value)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as error:
+        raise ConfigError(key, f"is not a valid URL ({error}): {shown!r}") from None
     if parts.scheme not in ("http", "https", "file") or not (parts.netloc or parts.path):
-        raise ConfigError(key, f"must be an http://, https:// or file:// URL, got {value!r}")
+        raise ConfigError(key, f"must be an http://, https:// or file:// URL, got {shown!r}")
     if parts.scheme in ("http", "https") and not parts.hostname:
-        raise ConfigError(key, f"has no host: {value!r}")
+        raise ConfigError(key, f"has no host: {shown!r}")
+    if any(ord(char) < 33 or ord(char) == 127 for char in value):
+        raise ConfigError(key, f"contains spaces or control characters: {shown!r}")
     leftover = value.replace("{channel}", "")
     if "{" in leftover or "}" in leftover:
         raise ConfigError(key, "the only placeholder allowed is {channel}")
@@ -286,11 +382,16 @@ def _branch_types(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
 def _database_url(key: str, value: str) -> str:
     scheme = value.split(":", 1)[0]
     if scheme in ("postgresql", "postgres"):
-        return "postgresql+psycopg:" + value.split(":", 1)[1]
+        value = "postgresql+psycopg:" + value.split(":", 1)[1]
+        scheme = "postgresql+psycopg"
     if scheme not in ("sqlite", "postgresql+psycopg") or "://" not in value:
         raise ConfigError(
             key, f"must be sqlite:///PATH or postgresql+psycopg://..., got {redact_url(value)!r}"
         )
+    try:
+        urlsplit(value).port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as error:
+        raise ConfigError(key, f"is not a valid URL ({error})") from None
     return value
 
 
@@ -302,10 +403,79 @@ def _repository(key: str, value: str) -> str:
     return value
 
 
-def _ca_bundle(key: str, value: str) -> str:
+def _existing_file(key: str, value: str) -> str:
     if value and not Path(value).is_file():
         raise ConfigError(key, f"file {value} not found")
     return value
+
+
+def _ca_file(key: str, value: str) -> str:
+    """A readable PEM bundle of CA certificates (checked now, not at the first request)."""
+    _existing_file(key, value)
+    if value:
+        try:
+            ssl.create_default_context(cafile=value)
+        except (ssl.SSLError, OSError, ValueError) as error:
+            raise ConfigError(key, f"{value} is not a PEM CA bundle ({error})") from None
+    return value
+
+
+def _user_agent(key: str, value: str) -> str:
+    if not value or not value.isascii() or not value.isprintable() or len(value) > 200:
+        raise ConfigError(key, "must be printable ASCII, 1-200 characters")
+    return value
+
+
+_K8S_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
+_IMAGE_RE = re.compile(
+    r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9_.-]{1,128})?(@sha256:[0-9a-f]{64})?"
+)
+
+
+def _k8s_name(key: str, value: str) -> str:
+    if _K8S_NAME_RE.fullmatch(value) is None:
+        raise ConfigError(key, f"{value!r} is not a Kubernetes name (lower case, digits, '-')")
+    return value
+
+
+def _optional_k8s_name(key: str, value: str) -> str:
+    return _k8s_name(key, value) if value else value
+
+
+def _quantity(key: str, value: str) -> str:
+    if _QUANTITY_RE.fullmatch(value) is None:
+        raise ConfigError(key, f"{value!r} is not a Kubernetes quantity (e.g. 8Gi, 500m)")
+    return value
+
+
+def _image(key: str, value: str) -> str:
+    if _IMAGE_RE.fullmatch(value) is None or (
+        "@" not in value and ":" not in value.rsplit("/", 1)[-1]
+    ):
+        raise ConfigError(key, f"{value!r} is not an image reference with a tag or digest")
+    return value
+
+
+def _git_context(key: str, value: str) -> str:
+    if value and not value.startswith("git://"):
+        raise ConfigError(key, "must be a git:// context (git://host/repo.git#ref#commit) or empty")
+    return value
+
+
+def _sub_path(key: str, value: str) -> str:
+    if value.startswith("/") or ".." in value.split("/"):
+        raise ConfigError(key, f"{value!r} must be a relative path inside the context")
+    return value
+
+
+def _range(low: int, high: int) -> Callable[[str, int], int]:
+    def check(key: str, value: int) -> int:
+        if not low <= value <= high:
+            raise ConfigError(key, f"must be between {low} and {high}, got {value}")
+        return value
+
+    return check
 
 
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
@@ -321,6 +491,28 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "registry.repository": _repository,
     "http.timeout_seconds": _positive,
     "http.retries": _not_negative,
+    "http.user_agent": _user_agent,
+    "registry.timeout_seconds": _positive,
+    "registry.retries": _not_negative,
+    "kubernetes.namespace": _k8s_name,
+    "kaniko.executor_image": _image,
+    "kaniko.registry_secret": _k8s_name,
+    "kaniko.context": _git_context,
+    "kaniko.context_configmap": _optional_k8s_name,
+    "kaniko.context_sub_path": _sub_path,
+    "kaniko.dockerfile": _sub_path,
+    "kaniko.memory_request": _quantity,
+    "kaniko.memory_limit": _quantity,
+    "kaniko.ephemeral_storage_request": _quantity,
+    "kaniko.ephemeral_storage_limit": _quantity,
+    "kaniko.cpu_request": _quantity,
+    "kaniko.active_deadline_seconds": _range(60, 86400),
+    "kaniko.ttl_seconds_after_finished": _range(0, 30 * 86400),
+    "kaniko.push_retry": _range(0, 10),
+    "build.max_concurrent_builds": _range(1, 100),
+    "build.max_attempts": _range(1, 20),
+    "build.retry_base_seconds": _range(1, 86400),
+    "build.retry_cap_seconds": _range(1, 7 * 86400),
 }
 
 
@@ -332,4 +524,13 @@ def _check_cross_field(settings: Settings) -> None:
         )
     if not settings.nvidia.branches and not settings.nvidia.branch_types:
         raise ConfigError("nvidia.branches", "select at least one branch or branch type")
-    _ca_bundle("http.ca_bundle", settings.http.ca_bundle)
+    _ca_file("http.ca_bundle", settings.http.ca_bundle)
+    _ca_file("registry.ca_file", settings.registry.ca_file)
+    _existing_file("registry.docker_config", settings.registry.docker_config)
+    _existing_file("kubernetes.kubeconfig", settings.kubernetes.kubeconfig)
+    if not settings.kaniko.context and not settings.kaniko.context_configmap:
+        raise ConfigError("kaniko.context", "set a git:// context or kaniko.context_configmap")
+    if settings.registry.password and not settings.registry.username:
+        raise ConfigError("registry.username", "is needed when registry.password is set")
+    if settings.build.retry_cap_seconds < settings.build.retry_base_seconds:
+        raise ConfigError("build.retry_cap_seconds", "must not be less than retry_base_seconds")

@@ -7,18 +7,28 @@ every exit path.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from pathlib import Path
 
+from releasebot.builders.kaniko import InvalidOptionError, KanikoOptions
+from releasebot.builders.kubernetes import KubernetesJobLauncher, make_kube_client
+from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
+from releasebot.domain.errors import ConfigError
+from releasebot.domain.ports import JobLauncher, Registry, StateStore
+from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
+from releasebot.service.reconcile import ReconcileOptions, ReconcileService
 from releasebot.sources.fetch import HttpFeedFetcher, make_http_client
 from releasebot.store import migrate
+from releasebot.store.dryrun import DryRunStore
 from releasebot.store.engine import make_engine
+from releasebot.store.memory import MemoryStateStore
 from releasebot.store.sql import SqlStateStore
 
 
@@ -38,6 +48,58 @@ def open_store(url: str, *, upgrade: bool = True) -> Iterator[SqlStateStore]:
         engine.dispose()
 
 
+@contextmanager
+def _store_for(url: str, *, dry_run: bool) -> Iterator[StateStore]:
+    """The store at ``url``; for a dry run read-only, and empty if it does not exist yet."""
+    if not dry_run:
+        with open_store(url) as store:
+            yield store
+        return
+    if _missing_sqlite_file(url):  # do not even create the file
+        yield DryRunStore(MemoryStateStore())
+        return
+    engine = make_engine(url)
+    try:
+        inner: StateStore = (
+            SqlStateStore(engine) if migrate.is_at_head(engine) else MemoryStateStore()
+        )
+        yield DryRunStore(inner)
+    finally:
+        engine.dispose()
+
+
+def _missing_sqlite_file(url: str) -> bool:
+    prefix = "sqlite:///"
+    return url.startswith(prefix) and not Path(url[len(prefix) :]).exists()
+
+
+def db_upgrade(url: str, revision: str = "head") -> str:
+    """Migrate the store at ``url`` up to ``revision``; the revision it is at afterwards."""
+    engine = make_engine(url)
+    try:
+        migrate.upgrade(engine, revision)
+        return migrate.current_revision(engine) or "base"
+    finally:
+        engine.dispose()
+
+
+def db_downgrade(url: str, revision: str) -> str:
+    engine = make_engine(url)
+    try:
+        migrate.downgrade(engine, revision)
+        return migrate.current_revision(engine) or "base"
+    finally:
+        engine.dispose()
+
+
+def db_current(url: str) -> str:
+    engine = make_engine(url)
+    try:
+        return migrate.current_revision(engine) or "base"
+    finally:
+        engine.dispose()
+
+
 def feed_specs(settings: Settings) -> tuple[list[FeedSpec], FeedSpec]:
     flatcar = [
         FeedSpec.flatcar(channel, settings.flatcar_feed_url(channel))
@@ -48,12 +110,18 @@ def feed_specs(settings: Settings) -> tuple[list[FeedSpec], FeedSpec]:
 
 @contextmanager
 def plan_service(
-    settings: Settings, on_outcome: Callable[[FeedOutcome], None]
+    settings: Settings,
+    on_outcome: Callable[[FeedOutcome], None],
+    *,
+    dry_run: bool = False,
 ) -> Iterator[PlanService]:
-    """A ready ``PlanService`` with its store and HTTP client, closed when the block ends."""
+    """A ready ``PlanService`` with its store and HTTP client, closed when the block ends.
+
+    With ``dry_run`` the database is read but never written (nor migrated).
+    """
     verify: bool | str = settings.http.ca_bundle or True
     client = make_http_client(settings.http.timeout, settings.http.user_agent, verify)
-    with client, open_store(settings.database.url) as store:
+    with client, _store_for(settings.database.url, dry_run=dry_run) as store:
         flatcar, nvidia = feed_specs(settings)
         yield PlanService(
             store=store,
@@ -63,6 +131,103 @@ def plan_service(
             policy=settings.policy(),
             clock=utc_now,
             on_outcome=on_outcome,
+        )
+
+
+def make_registry(settings: Settings) -> OrasRegistry:
+    registry = settings.registry
+    try:
+        return OrasRegistry(
+            registry.repository,
+            insecure=registry.insecure,
+            ca_file=registry.ca_file or None,
+            tls_verify=registry.tls_verify,
+            docker_config=registry.docker_config or None,
+            username=registry.username or None,
+            password=registry.password or None,
+            timeout=timedelta(seconds=registry.timeout_seconds),
+            retries=registry.retries,
+            user_agent=settings.http.user_agent,
+        )
+    except ValueError as error:
+        raise ConfigError("registry", str(error)) from None
+
+
+def kaniko_options(settings: Settings) -> KanikoOptions:
+    kaniko = settings.kaniko
+    try:
+        return KanikoOptions(
+            namespace=settings.kubernetes.namespace,
+            registry_repository=settings.registry.repository,
+            registry_secret=kaniko.registry_secret,
+            context=kaniko.context or None,
+            context_sub_path=kaniko.context_sub_path or None,
+            context_configmap=None if kaniko.context else kaniko.context_configmap,
+            dockerfile=kaniko.dockerfile,
+            executor_image=kaniko.executor_image,
+            memory_request=kaniko.memory_request,
+            memory_limit=kaniko.memory_limit,
+            ephemeral_storage_request=kaniko.ephemeral_storage_request,
+            ephemeral_storage_limit=kaniko.ephemeral_storage_limit,
+            cpu_request=kaniko.cpu_request,
+            active_deadline=timedelta(seconds=kaniko.active_deadline_seconds),
+            ttl_after_finished=timedelta(seconds=kaniko.ttl_seconds_after_finished),
+            push_retry=kaniko.push_retry,
+            insecure_registry=settings.registry.insecure or not settings.registry.tls_verify,
+            user_namespace=kaniko.user_namespace,
+        )
+    except InvalidOptionError as error:
+        raise ConfigError("kaniko", str(error)) from None
+
+
+def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
+    options = kaniko_options(settings)
+    if dry_run:
+        return MemoryJobLauncher(options)
+    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    client = make_kube_client(kubeconfig, settings.kubernetes.namespace)
+    return KubernetesJobLauncher(client, options)
+
+
+def reconcile_options(settings: Settings) -> ReconcileOptions:
+    build = settings.build
+    return ReconcileOptions(
+        max_concurrent_builds=build.max_concurrent_builds,
+        max_attempts=build.max_attempts,
+        retry_base=timedelta(seconds=build.retry_base_seconds),
+        retry_cap=timedelta(seconds=build.retry_cap_seconds),
+    )
+
+
+@contextmanager
+def reconcile_service(
+    settings: Settings,
+    on_outcome: Callable[[FeedOutcome], None],
+    *,
+    dry_run: bool = False,
+    cluster: bool = True,
+    registry: Registry | None = None,
+) -> Iterator[ReconcileService]:
+    """A ready ``ReconcileService``: store, feeds, registry and cluster wired from settings.
+
+    A dry run reads the store and the registry, renders Jobs, and changes nothing. Without
+    ``cluster`` no Kubernetes client is made (for ``plan``, which launches nothing).
+    """
+    launcher = make_launcher(settings, dry_run=dry_run or not cluster)  # config errors first
+    registry = registry or make_registry(settings)
+    with (
+        closing(launcher),
+        closing(registry),
+        plan_service(settings, on_outcome, dry_run=dry_run) as planner,
+    ):
+        yield ReconcileService(
+            planner=planner,
+            store=planner.store,
+            registry=registry,
+            launcher=launcher,
+            clock=utc_now,
+            options=reconcile_options(settings),
+            dry_run=dry_run,
         )
 
 

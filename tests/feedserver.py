@@ -27,13 +27,15 @@ from typing import Any
 @dataclass(frozen=True)
 class Reply:
     """What the server answers. ``delay`` (seconds) holds the answer back, to test timeouts;
-    ``content_length`` overrides the header, to cut a body short of what it announces."""
+    ``content_length`` overrides the header, to cut a body short of what it announces;
+    ``trickle`` (seconds) is the pause before each byte of the body, to test deadlines."""
 
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     delay: float = 0.0
     content_length: int | None = None
+    trickle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,13 @@ def _handler_for(server: FeedServer) -> type[BaseHTTPRequestHandler]:
             length = len(reply.body) if reply.content_length is None else reply.content_length
             self.send_header("Content-Length", str(length))
             self.end_headers()
-            self.wfile.write(reply.body)
+            if not reply.trickle:
+                self.wfile.write(reply.body)
+                return
+            for index in range(len(reply.body)):
+                if server._stopping.wait(reply.trickle):
+                    return
+                self.wfile.write(reply.body[index : index + 1])
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # keep test output clean

@@ -1,6 +1,6 @@
 """A fresh PostgreSQL database for tests, dropped afterwards.
 
-The server comes from ``RELEASEBOT_TEST_POSTGRES_URL`` (default: the local server with trust
+The server comes from ``TEST_POSTGRES_URL`` (default: the local server with trust
 auth). When it cannot be reached, tests are skipped on a developer's machine and FAIL in CI
 (``CI`` set): CI must never pass by skipping the real database.
 """
@@ -19,16 +19,29 @@ from sqlalchemy.engine import URL, make_url
 from releasebot.store.engine import make_engine
 
 POSTGRES_URL = os.environ.get(
-    "RELEASEBOT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 
 
 def postgres_unreachable(reason: str) -> None:
     """Skip a PostgreSQL test on a developer's machine; fail it in CI."""
-    message = f"PostgreSQL not reachable ({reason}); set RELEASEBOT_TEST_POSTGRES_URL"
+    message = f"PostgreSQL not reachable ({reason}); set TEST_POSTGRES_URL"
     if os.environ.get("CI"):
         pytest.fail(f"{message} (CI is set, so this is an error, not a skip)")
     pytest.skip(message)
+
+
+def reachable_postgres_url() -> URL:
+    """The test server's URL, once a connection to it worked (else skip, or fail in CI)."""
+    admin = make_engine(POSTGRES_URL)
+    try:
+        with admin.connect():
+            pass
+    except exc.OperationalError as error:
+        postgres_unreachable(str(error.orig).splitlines()[0])
+    finally:
+        admin.dispose()
+    return make_url(POSTGRES_URL)
 
 
 @contextmanager

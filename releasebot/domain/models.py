@@ -7,7 +7,7 @@ trusts them (validation happens at the edges).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, sorted_arches
@@ -72,9 +72,20 @@ class FeedState:
 
 
 class TargetState(enum.StrEnum):
-    """Where a target stands. Only ``unknown`` exists until registry checks are wired in."""
+    """Where a target stands. See ``docs/architecture.md`` for the state machine."""
 
     UNKNOWN = "unknown"
+    """Planned, not yet checked against the registry."""
+    MISSING = "missing"
+    """The registry lacks the tag and no build is running: the next cycle launches one."""
+    BUILDING = "building"
+    """At least one build Job for the target is in flight."""
+    RETRYING = "retrying"
+    """A transient failure; the next attempt waits until ``next_attempt_at``."""
+    PUBLISHED = "published"
+    """The tag exists in the registry (``digest`` when releasebot verified or read it)."""
+    FAILED = "failed"
+    """A permanent failure or retries exhausted: waits for a human (``build --force``)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,17 @@ class TargetRecord:
     required: bool
     first_planned_at: datetime
     updated_at: datetime
+    digest: str | None = None
+    attempts: int = 0
+    """Build attempts made so far (one attempt builds every arch of the target)."""
+    next_attempt_at: datetime | None = None
+    last_error: str | None = None
+    published_at: datetime | None = None
+
+    @property
+    def kernel_release(self) -> str:
+        """The kernel release as ``uname -r`` reports it on the node (``6.12.102-flatcar``)."""
+        return f"{self.kernel}-flatcar"
 
     @classmethod
     def from_planned(cls, target: PlannedTarget, *, now: datetime) -> TargetRecord:
@@ -118,6 +140,22 @@ class TargetRecord:
             state=TargetState.UNKNOWN,
             required=True,
             first_planned_at=now,
+            updated_at=now,
+        )
+
+    def replanned(self, planned: TargetRecord, now: datetime) -> TargetRecord:
+        """This record with the plan fields of ``planned``; state and history are kept."""
+        if self.same_plan(planned):
+            return self
+        return replace(
+            self,
+            driver_version=planned.driver_version,
+            driver_branch=planned.driver_branch,
+            flatcar_version=planned.flatcar_version,
+            flatcar_channel=planned.flatcar_channel,
+            kernel=planned.kernel,
+            arches=planned.arches,
+            required=planned.required,
             updated_at=now,
         )
 

@@ -8,7 +8,7 @@ registry or at time: the same inputs always give the same plan.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from releasebot.domain.models import DriverRelease, FlatcarRelease, PlannedTarget
@@ -53,10 +53,17 @@ def select_flatcar_releases(
     return usable[: policy.keep]
 
 
-def select_drivers(drivers: Iterable[DriverRelease], policy: DriverPolicy) -> list[DriverRelease]:
-    """The newest ``keep`` versions of each selected branch, newest first."""
+def select_drivers(
+    drivers: Iterable[DriverRelease], policy: DriverPolicy, arches: frozenset[Arch]
+) -> list[DriverRelease]:
+    """The newest ``keep`` versions of each selected branch that offer a wanted arch.
+
+    As for Flatcar releases, a driver without any wanted arch does not use up ``keep``.
+    """
     by_branch: dict[str, list[DriverRelease]] = {}
     for driver in drivers:
+        if not driver.arches & arches:
+            continue
         if driver.branch in policy.branches or driver.branch_type in policy.branch_types:
             by_branch.setdefault(driver.branch, []).append(driver)
     selected: list[DriverRelease] = []
@@ -83,7 +90,7 @@ def plan_targets(
         for release in select_flatcar_releases(flatcar_by_channel.get(channel, ()), policy.flatcar):
             entry = chosen.setdefault(release.version.text, (release, []))
             entry[1].append(channel)
-    selected_drivers = select_drivers(drivers, policy.drivers)
+    selected_drivers = select_drivers(drivers, policy.drivers, policy.flatcar.arches)
     targets: list[PlannedTarget] = []
     releases = sorted(chosen.values(), key=lambda item: item[0].version, reverse=True)
     for release, feeds in releases:
@@ -101,13 +108,3 @@ def plan_targets(
                 )
             )
     return targets
-
-
-def group_by_channel(
-    releases: Sequence[tuple[str, FlatcarRelease]],
-) -> dict[str, list[FlatcarRelease]]:
-    """Group ``(feed, release)`` pairs by the feed (channel) that listed them."""
-    grouped: dict[str, list[FlatcarRelease]] = {}
-    for channel, release in releases:
-        grouped.setdefault(channel, []).append(release)
-    return grouped

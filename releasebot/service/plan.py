@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from releasebot.domain.errors import ReleasebotError
-from releasebot.domain.models import DriverRelease, FlatcarRelease, TargetRecord
+from releasebot.domain.errors import ReleasebotError, UnknownTargetError
+from releasebot.domain.models import DriverRelease, FlatcarRelease, PlannedTarget, TargetRecord
 from releasebot.domain.policy import Policy, plan_targets, select_drivers
 from releasebot.domain.ports import FeedFetcher, FetchedBody, StateStore
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
 from releasebot.sources.flatcar import parse_flatcar_feed
 from releasebot.sources.nvidia import parse_nvidia_feed
 
@@ -105,6 +106,10 @@ class PlanService:
         self._clock = clock
         self._on_outcome = on_outcome
 
+    @property
+    def store(self) -> StateStore:
+        return self._store
+
     def poll_feed(self, spec: FeedSpec) -> FeedOutcome:
         """Fetch one feed conditionally and record what it said (or why it failed)."""
         started = time.monotonic()
@@ -140,9 +145,9 @@ class PlanService:
         self._store.record_driver_feed(spec.name, spec.url, drivers, result.validators, now)
         return len(drivers)
 
-    def plan(self, *, poll: bool = True) -> PlanResult:
-        """Poll every feed (unless ``poll`` is false), then compute and store the targets."""
-        outcomes = [self.poll_feed(spec) for spec in self._feeds] if poll else []
+    def plan(self) -> PlanResult:
+        """Poll every feed, then compute and store the targets."""
+        outcomes = [self.poll_feed(spec) for spec in self._feeds]
         flatcar = {
             spec.channel: self._store.flatcar_releases(spec.name) for spec in self._flatcar_feeds
         }
@@ -150,6 +155,48 @@ class PlanService:
         planned = plan_targets(self._policy, flatcar, drivers)
         targets = self._store.sync_targets(planned, self._clock())
         return PlanResult(targets, outcomes, self._warnings(flatcar, drivers))
+
+    def find_target(
+        self, driver: str, flatcar: str, arches: frozenset[Arch] | None
+    ) -> PlannedTarget:
+        """The target for ``driver`` on ``flatcar`` from what the feeds have ever listed.
+
+        ``arches`` defaults to the configured ones; the result has only the arches the
+        release and the driver both list. Raises ``UnknownTargetError`` naming what is
+        unknown, ``VersionError`` for a malformed version.
+        """
+        flatcar_version = FlatcarVersion.parse(flatcar)
+        driver_version = DriverVersion.parse(driver)
+        releases = {
+            release.version: release
+            for spec in self._flatcar_feeds
+            for release in self._store.flatcar_releases(spec.name)
+        }
+        release = releases.get(flatcar_version)
+        if release is None:
+            raise UnknownTargetError(
+                f"Flatcar {flatcar} is not in any configured channel's feed "
+                f"({', '.join(s.channel for s in self._flatcar_feeds)})"
+            )
+        drivers = {d.version: d for d in self._store.driver_releases(self._nvidia_feed.name)}
+        found = drivers.get(driver_version)
+        if found is None or found.version.text != driver:
+            raise UnknownTargetError(f"driver {driver} is not in the NVIDIA feed")
+        wanted = self._policy.flatcar.arches if arches is None else arches
+        common = release.arches & found.arches & wanted
+        if not common:
+            offered = ", ".join(sorted(release.arches & found.arches)) or "none"
+            raise UnknownTargetError(
+                f"no common arch: asked {', '.join(sorted(wanted))}, "
+                f"Flatcar {flatcar} and driver {driver} both offer {offered}"
+            )
+        return PlannedTarget(
+            tag=image_tag(found.version, release.version),
+            driver=found,
+            flatcar=release,
+            arches=common,
+            feeds=(),
+        )
 
     def _warnings(
         self, flatcar: dict[str, list[FlatcarRelease]], drivers: list[DriverRelease]
@@ -159,7 +206,9 @@ class PlanService:
         for branch in sorted(self._policy.drivers.branches - known_branches):
             if drivers:
                 warnings.append(f"nvidia.branches: branch {branch} is not in the NVIDIA feed")
-        if drivers and not select_drivers(drivers, self._policy.drivers):
+        if drivers and not select_drivers(
+            drivers, self._policy.drivers, self._policy.flatcar.arches
+        ):
             warnings.append("nvidia: no driver matches nvidia.branches or nvidia.branch_types")
         for channel, releases in flatcar.items():
             wanted = self._policy.flatcar.arches

@@ -18,7 +18,10 @@ MAX_QUOTED_CHARS = 80
 
 def quote(value: object) -> str:
     """``repr`` of upstream data for an error message, cut to ``MAX_QUOTED_CHARS``."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # a value nested near the parser's limit
+        text = f"<{type(value).__name__} nested too deeply to show>"
     if len(text) > MAX_QUOTED_CHARS:
         return text[: MAX_QUOTED_CHARS - 1] + "…"
     return text
@@ -44,9 +47,17 @@ def load_json_document(feed: str, body: bytes) -> object:
         ) from exc
     except UnicodeDecodeError as exc:
         raise FeedFormatError(feed, f"body is not UTF-8 text (byte {exc.start})") from exc
+    except RecursionError as exc:
+        # json's C scanner recurses once per ``[``/``{``: a body like "[" * 200_000 would
+        # otherwise escape as a traceback. Real feeds nest five levels at most.
+        raise FeedFormatError(feed, "JSON nested too deeply") from exc
 
 
 def content_sha256(value: object) -> str:
-    """Digest of one entry's canonical JSON: key order and whitespace do not matter."""
+    """Digest of ``value``'s canonical JSON: key order and whitespace do not matter.
+
+    The parsers pass only what releasebot stores of an entry, so the digest changes exactly
+    when the stored release would (see each parser for the fields and why).
+    """
     canonical = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()

@@ -4,8 +4,10 @@ Why it exists: feeds are polled often and change rarely, upstreams redirect and
 fail in the usual ways, and air-gapped users mirror them to disk. This adapter sends
 conditional requests when validators were seen, falls back to the body hash when a server
 sends none, retries a few transient failures of ONE poll (bounded, with an injected
-``sleep``), and turns every transport problem into the domain's error tree with a one-line
-message. No ``httpx`` exception escapes it.
+``sleep``), bounds each fetch by an overall deadline (httpx's timeouts are per read, so a
+server trickling bytes would otherwise hold a poll forever), and turns every transport
+problem into the domain's error tree with a one-line message. No ``httpx`` exception, nor
+any other non-releasebot exception of the transport or the file system, escapes it.
 
 Deliberately not here: parsing (``sources/flatcar.py``, ``sources/nvidia.py``), retries
 across poll cycles (the service decides from the error's class), remembering validators
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import httpx
 
@@ -32,7 +34,9 @@ from releasebot.domain.errors import (
 )
 from releasebot.domain.models import Validators
 from releasebot.domain.ports import FetchedBody, FetchResult, Unchanged
+from releasebot.sources._file import read_regular_file
 from releasebot.sources._json import looks_like_html
+from releasebot.sources._watchdog import Watchdog
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Largest body accepted. The biggest real feed (beta) is ~1.1 MB; 64 MiB leaves decades of
@@ -50,6 +54,10 @@ MAX_REDIRECTS = 5
 MAX_RETRY_AFTER = timedelta(days=1)
 """Longest Retry-After believed: a server asking for more still gets polled a day later."""
 
+DEFAULT_DEADLINE = timedelta(minutes=2)
+"""Longest one ``fetch`` may take, retries included. The biggest feed (~1.1 MB) arrives in
+seconds even on a slow link; two minutes bounds a poll held open by a trickling server."""
+
 Sleep = Callable[[timedelta], None]
 
 
@@ -64,11 +72,15 @@ def make_http_client(
 
     ``verify`` is ``True`` (system CAs), ``False`` (no TLS check: test mirrors only) or the
     path of a CA bundle for a private mirror.
+
+    Raises ``ValueError`` with a one-line message (the config layer reports it against the
+    setting) for a user agent that is not printable ASCII (HTTP headers are ASCII: httpx
+    would fail every request with ``UnicodeEncodeError``) or a CA bundle it cannot load.
     """
+    if not (user_agent.isascii() and user_agent.isprintable()):
+        raise ValueError(f"user agent must be printable ASCII, got {_trim(repr(user_agent))}")
     # httpx 0.28 deprecates a path in ``verify``; an SSL context is the supported spelling.
-    tls: bool | ssl.SSLContext = (
-        ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
-    )
+    tls: bool | ssl.SSLContext = verify if isinstance(verify, bool) else _ca_context(verify)
     return httpx.Client(
         timeout=httpx.Timeout(timeout.total_seconds()),
         headers={"User-Agent": user_agent, "Accept": "application/json"},
@@ -76,6 +88,20 @@ def make_http_client(
         follow_redirects=True,
         max_redirects=MAX_REDIRECTS,
     )
+
+
+def _ca_context(cafile: str) -> ssl.SSLContext:
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except ssl.SSLError as exc:
+        # e.g. "[X509: NO_CERTIFICATE_OR_CRL_FOUND] no certificate or crl found (_ssl.c:4154)"
+        raise ValueError(
+            f"cannot load CA bundle {_trim(repr(cafile))}: {_trim(exc)} (is it PEM certificates?)"
+        ) from exc
+    except OSError as exc:
+        raise ValueError(
+            f"cannot load CA bundle {_trim(repr(cafile))}: {exc.strerror or _trim(exc)}"
+        ) from exc
 
 
 class HttpFeedFetcher:
@@ -90,26 +116,40 @@ class HttpFeedFetcher:
         sleep: Sleep = _real_sleep,
         backoff: timedelta = timedelta(seconds=1),
         max_backoff: timedelta = timedelta(seconds=10),
+        deadline: timedelta = DEFAULT_DEADLINE,
     ) -> None:
         """``retries`` extra attempts follow a transient failure, after ``backoff`` doubled
-        per attempt up to ``max_backoff`` (a Retry-After up to ``max_backoff`` wins)."""
+        per attempt up to ``max_backoff`` (a Retry-After up to ``max_backoff`` wins).
+        ``deadline`` bounds one ``fetch`` as a whole, retries and their waits included."""
         if not 0 <= retries <= MAX_RETRIES:
             raise ValueError(f"retries must be between 0 and {MAX_RETRIES}, got {retries}")
+        if deadline <= timedelta(0):
+            raise ValueError(f"deadline must be positive, got {deadline}")
         self._client = client
         self._max_bytes = max_bytes
         self._retries = retries
         self._sleep = sleep
         self._backoff = backoff
         self._max_backoff = max_backoff
+        self._deadline = deadline
 
     def fetch(self, feed: str, url: str, validators: Validators | None) -> FetchResult:
         old = validators or Validators()
-        scheme = urlsplit(url).scheme.lower()
+        parts = _split(url)
+        if parts is None:
+            raise FeedRejectedError(feed, f"invalid URL {_safe(url)}")
+        scheme = parts.scheme.lower()
         if scheme == "file":
-            return self._read_file(feed, url, old)
+            return self._read_file(feed, parts, old)
         if scheme not in ("http", "https"):
-            raise FeedRejectedError(feed, f"unsupported URL scheme {scheme!r} in {_safe(url)}")
-        headers: dict[str, str] = {}
+            raise FeedRejectedError(
+                feed, f"unsupported URL scheme {_trim(repr(scheme))} in {_safe(url)}"
+            )
+        ends = time.monotonic() + self._deadline.total_seconds()
+        # One connection per request, closed after it (HTTP/1.1 "Connection: close"): feeds
+        # are polled minutes apart, so keep-alive saves nothing, and the deadline's watchdog
+        # must only ever shut down a connection that this request opened (see Watchdog).
+        headers: dict[str, str] = {"Connection": "close"}
         if old.etag and _sendable(old.etag):
             headers["If-None-Match"] = old.etag
         if old.last_modified and _sendable(old.last_modified):
@@ -120,7 +160,7 @@ class HttpFeedFetcher:
             attempt += 1
             server_wait: timedelta | None = None
             try:
-                status, answer, body, hops = self._get(feed, url, headers)
+                status, answer, body, hops = self._get(feed, url, headers, ends)
             except FeedUnavailableError as exc:
                 requests += 1
                 error: FeedUnavailableError | None = exc
@@ -132,9 +172,15 @@ class HttpFeedFetcher:
             delay = min(self._backoff * 2 ** (attempt - 1), self._max_backoff)
             if server_wait is not None:
                 delay = server_wait
-            if attempt > self._retries or delay > self._max_backoff:
+            left = ends - time.monotonic()
+            if (
+                attempt > self._retries
+                or delay > self._max_backoff
+                or delay.total_seconds() >= left
+            ):
                 # Out of attempts, or the server asked for a longer wait than one poll may
-                # spend: the error's retry_after hands that wait to the service.
+                # spend, or the wait would outlast the deadline: the error's retry_after
+                # hands any wait the server asked for to the service.
                 if attempt > 1:
                     final = FeedUnavailableError(
                         feed,
@@ -162,19 +208,20 @@ class HttpFeedFetcher:
         return FetchedBody(body, fresh, requests=requests)
 
     def _get(
-        self, feed: str, url: str, headers: dict[str, str]
+        self, feed: str, url: str, headers: dict[str, str], ends: float
     ) -> tuple[int, httpx.Headers, bytes, int]:
         """One GET with redirects: status, headers, body (empty unless 2xx) and hop count.
 
         Raises ``FeedUnavailableError`` for what a retry may fix, other feed errors otherwise.
         """
         try:
-            # follow_redirects per request: the adapter works even on a client built without it.
-            with self._client.stream("GET", url, headers=headers, follow_redirects=True) as resp:
-                body = b""
-                if 200 <= resp.status_code < 300:
-                    body = self._read_body(feed, resp)
-                return resp.status_code, resp.headers, body, len(resp.history) + 1
+            with Watchdog(ends - time.monotonic()) as watchdog:
+                try:
+                    return self._stream(feed, url, headers, ends, watchdog)
+                except (httpx.HTTPError, httpx.StreamError, OSError) as exc:
+                    if watchdog.fired or time.monotonic() >= ends:
+                        raise self._too_long(feed) from exc
+                    raise
         except httpx.TimeoutException as exc:
             raise FeedUnavailableError(feed, f"timed out after {self._timeout(exc)}") from exc
         except httpx.TooManyRedirects as exc:
@@ -189,17 +236,45 @@ class HttpFeedFetcher:
             raise FeedRejectedError(feed, f"could not send the request: {_trim(exc)}") from exc
         except httpx.DecodingError as exc:
             raise FeedFormatError(feed, f"could not decode the body: {_trim(exc)}") from exc
-        except (httpx.HTTPError, httpx.StreamError) as exc:
+        except (httpx.HTTPError, httpx.StreamError, OSError) as exc:
             # Dropped connections, a body cut short of its Content-Length, protocol noise.
             raise FeedUnavailableError(feed, f"connection failed: {_trim(exc)}") from exc
+        except ValueError as exc:
+            # Raised while building the request, not wrapped by httpx: a host the IDNA codec
+            # refuses ("a..b", a 300-character label, "xn--a"). UnicodeError is a ValueError.
+            raise FeedRejectedError(
+                feed, f"cannot send a request to {_safe(url)}: {_trim(exc)}"
+            ) from exc
 
-    def _read_body(self, feed: str, response: httpx.Response) -> bytes:
+    def _stream(
+        self, feed: str, url: str, headers: dict[str, str], ends: float, watchdog: Watchdog
+    ) -> tuple[int, httpx.Headers, bytes, int]:
+        # follow_redirects per request: the adapter works even on a client built without it.
+        with self._client.stream(
+            "GET",
+            url,
+            headers=headers,
+            follow_redirects=True,
+            extensions={"trace": watchdog.trace},
+        ) as resp:
+            body = b""
+            if 200 <= resp.status_code < 300:
+                body = self._read_body(feed, resp, ends)
+            return resp.status_code, resp.headers, body, len(resp.history) + 1
+
+    def _too_long(self, feed: str) -> FeedUnavailableError:
+        return FeedUnavailableError(feed, f"took longer than {self._deadline.total_seconds():g}s")
+
+    def _read_body(self, feed: str, response: httpx.Response, ends: float) -> bytes:
         declared = response.headers.get("Content-Length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > self._max_bytes:
             raise FeedFormatError(feed, f"body of {declared} bytes is over {self._max_bytes}")
         chunks: list[bytes] = []
         size = 0
         for chunk in response.iter_bytes():
+            # Each read is bounded by the client's timeout; this bounds them all together.
+            if time.monotonic() >= ends:
+                raise self._too_long(feed)
             size += len(chunk)
             if size > self._max_bytes:
                 raise FeedFormatError(feed, f"body is over {self._max_bytes} bytes")
@@ -233,21 +308,13 @@ class HttpFeedFetcher:
         seconds = timeout.connect if isinstance(exc, httpx.ConnectTimeout) else timeout.read
         return f"{seconds:g}s" if seconds is not None else "the client's timeout"
 
-    def _read_file(self, feed: str, url: str, old: Validators) -> FetchResult:
-        parts = urlsplit(url)
+    def _read_file(self, feed: str, parts: SplitResult, old: Validators) -> FetchResult:
         if parts.netloc not in ("", "localhost"):
-            raise FeedRejectedError(feed, f"file URL with a host is not supported: {_safe(url)}")
+            raise FeedRejectedError(
+                feed, f"file URL with a host is not supported: {_safe(parts.geturl())}"
+            )
         path = Path(unquote(parts.path))
-        try:
-            if path.stat().st_size > self._max_bytes:
-                raise FeedFormatError(feed, f"{path} is over {self._max_bytes} bytes")
-            body = path.read_bytes()
-        except FileNotFoundError as exc:
-            raise FeedRejectedError(feed, f"file not found: {path}") from exc
-        except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
-            raise FeedRejectedError(feed, f"cannot read {path}: {exc.strerror}") from exc
-        except OSError as exc:
-            raise FeedUnavailableError(feed, f"cannot read {path}: {exc.strerror}") from exc
+        body = read_regular_file(feed, path, _trim(path), self._max_bytes)
         _check_body(feed, body, "")
         sha = hashlib.sha256(body).hexdigest()
         if sha == old.body_sha256:
@@ -289,15 +356,28 @@ def _reason(status: int) -> str:
     return httpx.codes.get_reason_phrase(status)
 
 
+def _split(url: str) -> SplitResult | None:
+    """``urlsplit``, or ``None`` for a URL it refuses (e.g. ``http://[::1``)."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return None
+
+
 def _safe(url: str) -> str:
     """The URL without user info, query or fragment, which may carry credentials."""
-    parts = urlsplit(url)
+    parts = _split(url)
+    if parts is None:
+        return "(a URL that does not parse)"  # its parts cannot be told apart: show none
     host = parts.netloc.rpartition("@")[2]
     return _trim(f"{parts.scheme}://{host}{parts.path}")
 
 
 def _trim(value: object) -> str:
-    text = " ".join(str(value).split())
+    """Third-party text made one printable line of at most ``MAX_ERROR_TEXT`` characters."""
+    text = " ".join(str(value)[: 4 * MAX_ERROR_TEXT].split())
+    if not text.isprintable():  # control characters left after the whitespace went
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
     if len(text) > MAX_ERROR_TEXT:
         return text[: MAX_ERROR_TEXT - 1] + "…"
     return text

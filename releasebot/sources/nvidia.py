@@ -3,11 +3,13 @@
 The feed is one JSON object keyed by driver branch (``"580"``), each with a branch ``type``
 and a ``driver_info`` list (see ``docs/domain.md`` section 2). This module is the only
 place that looks inside it: it checks the shape of every release, maps NVIDIA's
-architecture names to Flatcar's (dropping ones releasebot never builds, like ``ppc64le``)
-and fingerprints each release so that an upstream edit is noticed.
+architecture names to Flatcar's (dropping ones releasebot never builds, like ``ppc64le``),
+bounds every string it keeps, and fingerprints what it keeps of each release so that an
+upstream edit of those fields is noticed.
 
 Deliberately not here: fetching (``sources/fetch.py``), choosing branches (the policy), and
-checking that a runfile URL still answers (a build step does, and a 404 there is permanent).
+checking that a runfile URL still answers (a build step does, and a 404 there is permanent),
+and ``release_notes`` (neither read nor hashed: see ``_digest``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 from datetime import date
 from typing import TypedDict, cast
+from urllib.parse import urlsplit
 
 from releasebot.domain.errors import FeedFormatError
 from releasebot.domain.models import DriverRelease
@@ -22,12 +25,19 @@ from releasebot.domain.versions import Arch, DriverVersion, is_driver_branch
 from releasebot.sources._json import content_sha256, load_json_document, quote
 
 _DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+# Printable ASCII without spaces: what a URL may hold unescaped. Control characters or NUL
+# in a stored string abort the store's transaction (PostgreSQL) or end up in a build's args.
+_URL_RE = re.compile(r"https?://[!-~]+", re.IGNORECASE)
+MAX_URL_CHARS = 2048
+"""Longest runfile URL kept (real ones are ~80 characters)."""
+MAX_BRANCH_TYPE_CHARS = 64
+"""Longest branch type kept (real ones: ``new feature branch``, 18 characters)."""
 
 
 class RawDriverInfo(TypedDict):
     """One element of a branch's ``driver_info``; only the fields releasebot reads.
 
-    ``release_notes`` is not read, but it is part of ``content_sha256``.
+    ``release_notes`` (a URL) is neither read nor part of ``content_sha256``.
     """
 
     release_version: str
@@ -69,7 +79,7 @@ def parse_nvidia_feed(feed: str, body: bytes) -> list[DriverRelease]:
                 raise FeedFormatError(
                     feed, f"branch {branch}: {release.version} is listed twice, differently"
                 )
-            # An identical duplicate is harmless; keep the first.
+            # A duplicate identical in what releasebot stores is harmless; keep the first.
             releases.setdefault(release.version.text, release)
     return sorted(releases.values(), key=lambda release: release.version)
 
@@ -80,9 +90,13 @@ def _check_branch(feed: str, branch: str, value: object) -> RawBranch:
             feed, f"branch {branch}: expected an object, got {type(value).__name__}"
         )
     branch_type = value.get("type")
-    if not isinstance(branch_type, str) or not branch_type.strip():
+    # Surrounding whitespace is dropped later (types are matched case-insensitively, trimmed).
+    kept = branch_type.strip() if isinstance(branch_type, str) else ""
+    if not kept or len(kept) > MAX_BRANCH_TYPE_CHARS or not kept.isprintable():
         raise FeedFormatError(
-            feed, f"branch {branch}: type: expected a branch type, got {quote(branch_type)}"
+            feed,
+            f"branch {branch}: type: expected a branch type like 'lts branch' (at most "
+            f"{MAX_BRANCH_TYPE_CHARS} printable characters), got {quote(branch_type)}",
         )
     if not isinstance(value.get("driver_info"), list):
         raise FeedFormatError(
@@ -104,20 +118,64 @@ def _parse_release(
         arch for name in raw["architectures"] if (arch := Arch.from_nvidia(name)) is not None
     )
     urls = {
-        arch: url
+        arch: _check_url(feed, where, name, url)
         for name, url in raw["runfile_url"].items()
         if (arch := Arch.from_nvidia(name)) is not None
     }
+    released_on = _parse_date(feed, where, raw["release_date"])
+    runfile_urls = tuple(sorted(urls.items(), key=lambda item: item[0].value))
     return DriverRelease(
         version=version,
         branch=branch,
         branch_type=branch_type,
         arches=arches,
-        released_on=_parse_date(feed, where, raw["release_date"]),
-        runfile_urls=tuple(sorted(urls.items(), key=lambda item: item[0].value)),
-        # The branch type is hashed too: a branch moving from "new feature" to "production"
-        # changes what the release means to the policy.
-        content_sha256=content_sha256({"type": branch_type, "release": entry}),
+        released_on=released_on,
+        runfile_urls=runfile_urls,
+        content_sha256=_digest(version, branch, branch_type, arches, released_on, runfile_urls),
+    )
+
+
+def _digest(
+    version: DriverVersion,
+    branch: str,
+    branch_type: str,
+    arches: frozenset[Arch],
+    released_on: date | None,
+    runfile_urls: tuple[tuple[Arch, str], ...],
+) -> str:
+    """Fingerprint of exactly what releasebot stores of a release.
+
+    The branch type is in it: a branch moving from "new feature" to "production" changes
+    what the release means to the policy. The ``release_notes`` URL is not: releasebot never
+    stores it, so an edit there must not look like an edited release (the same reasoning as
+    for Flatcar, whose release notes differ between feeds listing the same version).
+    Architectures releasebot does not build (``ppc64le``) are left out for the same reason.
+    """
+    return content_sha256(
+        {
+            "version": version.text,
+            "branch": branch,
+            "branch_type": branch_type,
+            "arches": sorted(arch.value for arch in arches),
+            "released_on": None if released_on is None else released_on.isoformat(),
+            "runfile_urls": [[arch.value, url] for arch, url in runfile_urls],
+        }
+    )
+
+
+def _check_url(feed: str, where: str, name: str, url: str) -> str:
+    """A runfile URL releasebot keeps: http(s), bounded, printable ASCII, with a host."""
+    if len(url) <= MAX_URL_CHARS and _URL_RE.fullmatch(url) is not None:
+        try:
+            has_host = bool(urlsplit(url).hostname)
+        except ValueError:  # e.g. an unclosed "[" of an IPv6 address
+            has_host = False
+        if has_host:
+            return url
+    raise FeedFormatError(
+        feed,
+        f"{where}: runfile_url.{name}: expected an http(s) URL of at most {MAX_URL_CHARS} "
+        f"printable ASCII characters, got {quote(url)}",
     )
 
 

@@ -10,6 +10,9 @@
   instead of one failing on a stale read snapshot.
 - PostgreSQL: always through psycopg 3, with a connect timeout (libpq waits forever by
   default) and ``pool_pre_ping`` so a restarted server costs one reconnect, not an error.
+  Write transactions are serialized as SQLite's are, by a transaction-scoped advisory lock
+  (``lock_writes``): the store plans its writes from what it read, so two first runs that
+  both read "no such feed" would both insert it, and one would fail on the primary key.
 
 ``translate_error`` is the one place that decides which database failures are temporary.
 Nothing here connects: an engine connects on first use.
@@ -22,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import StaticPool
 
@@ -35,6 +38,24 @@ from releasebot.domain.errors import (
 WRITE = "releasebot_write"
 """Execution option marking a connection whose next transaction writes (SQLite: IMMEDIATE)."""
 
+STORE_WRITE_LOCK = 0x72625F73746F7265
+"""PostgreSQL advisory lock key held by every write transaction of the state store.
+
+The ASCII of ``rb_store`` read as a 64-bit integer: fixed, so that every releasebot process
+on one database takes the same lock, and unlikely to collide with another application's
+keys. ``pg_locks`` shows it as ``classid`` 1919049587 (the high 32 bits) and ``objid``
+1953460837 (the low 32 bits), ``objsubid`` 1."""
+
+MIGRATION_LOCK = 0x72625F6D69677261
+"""PostgreSQL advisory lock key held while migrating (``rb_migra`` in ASCII).
+
+Not ``STORE_WRITE_LOCK``: a migration waits for the other migrations, while the DDL's own
+table locks already keep the store's reads and writes out of a table being changed."""
+
+_WRITE_WAIT = "releasebot_write_wait"
+"""Execution option (set by ``make_engine`` on PostgreSQL): how long a write transaction
+waits for ``STORE_WRITE_LOCK`` before giving up with a temporary error."""
+
 NOT_MIGRATED = "state store: database is not migrated; run `releasebot db upgrade`"
 
 _DETAIL_MAX_CHARS = 300
@@ -46,8 +67,32 @@ _DETAIL_MAX_CHARS = 300
 _PG_TEMPORARY_CLASSES = ("08", "40", "53", "57")
 _PG_TEMPORARY_CODES = ("55P03",)
 _PG_MISSING_SCHEMA_CODES = ("42P01", "42703")  # undefined table, undefined column
+# Data the database refuses: integrity constraints (23: unique, foreign key, check, not null)
+# and data exceptions (22: a value too long for its column, an invalid date). Caused by one
+# feed's or one build's data, never by the database being down: permanent, and said so.
+_PG_REFUSED_DATA_CLASSES = ("22", "23")
 _SQLITE_TEMPORARY = ("database is locked", "database table is locked")
 _SQLITE_MISSING_SCHEMA = ("no such table", "no such column")
+
+# Connection failures that no retry mends: the database or the role does not exist, the
+# credentials or pg_hba.conf refuse us (class 28), no CONNECT privilege (42501). libpq gives
+# no SQLSTATE for a failed connection attempt, so the server's (English) message is matched
+# too; a message in another language is treated as temporary, the safe side for a network
+# failure. Refused connections, timeouts, "too many clients" (53300) and "the database
+# system is starting up" (57P03) are not listed: they are temporary.
+_PG_CONNECT_PERMANENT_CLASSES = ("28", "3D")
+_PG_CONNECT_PERMANENT_CODES = ("42501",)
+_PG_CONNECT_PERMANENT_MESSAGES = (
+    "does not exist",  # database "x" / role "x" does not exist (3D000, 28000)
+    "authentication failed",  # password, ident, peer, GSSAPI… (28P01, 28000)
+    "no pg_hba.conf entry",  # 28000
+    "is not permitted to log in",  # a role without LOGIN (28000)
+    "permission denied for database",  # no CONNECT privilege (42501)
+    "no password supplied",  # the server wants a password and the URL has none
+)
+# SQLite result codes (``sqlite3.Error.sqlite_errorname``) of a file that is not a usable
+# database: a directory, a path without permission, a garbage or damaged file.
+_SQLITE_PERMANENT_OPEN = ("SQLITE_CANTOPEN", "SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_PERM")
 
 
 def make_engine(
@@ -59,8 +104,9 @@ def make_engine(
     """An engine for ``url`` (``sqlite:///path`` or ``postgresql://…``).
 
     ``connect_timeout`` bounds a PostgreSQL connection attempt; ``busy_timeout`` is how long
-    SQLite waits for another writer before giving up (both far above normal latency, far
-    below a poll interval).
+    SQLite waits for another writer before giving up, and on PostgreSQL how long a write
+    transaction waits for ``STORE_WRITE_LOCK`` (both far above normal latency, far below a
+    poll interval).
     """
     try:
         parsed = make_url(url)
@@ -73,13 +119,17 @@ def make_engine(
         if parsed.get_backend_name() == "sqlite":
             return _sqlite_engine(parsed, busy_timeout)
         connect_args: dict[str, Any] = {}
+        options: dict[str, Any] = {}
         if parsed.get_backend_name() == "postgresql":
             connect_args = _absent(
                 parsed.query,
                 connect_timeout=max(2, int(connect_timeout.total_seconds())),
                 application_name="releasebot",
             )
-        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+            options = {_WRITE_WAIT: busy_timeout}
+        return create_engine(
+            parsed, pool_pre_ping=True, connect_args=connect_args, execution_options=options
+        )
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as error:
         raise StoreError(
             f"state store: unsupported database URL {render_url(parsed)}: {_detail(error)}"
@@ -91,25 +141,51 @@ def render_url(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
+def lock_writes(conn: Connection, key: int = STORE_WRITE_LOCK) -> None:
+    """On PostgreSQL, wait for the advisory lock ``key`` until the transaction ends.
+
+    Call it first in the transaction: under READ COMMITTED (PostgreSQL's default, which
+    releasebot keeps) every later statement then sees what the previous holder committed.
+    The wait is bounded by the engine's ``busy_timeout`` for ``STORE_WRITE_LOCK`` (as
+    SQLite's busy timeout bounds it there; running out is a temporary "lock not
+    available"), and unbounded for any other key: a migration waits for the one running.
+    SQLite needs nothing here: ``BEGIN IMMEDIATE`` already queued the writer.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    wait = conn.get_execution_options().get(_WRITE_WAIT) if key == STORE_WRITE_LOCK else None
+    if isinstance(wait, timedelta):
+        # SET LOCAL cannot take a bound parameter; the value is our own integer.
+        milliseconds = max(1, int(wait.total_seconds() * 1000))
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
 def translate_error(
     error: exc.SQLAlchemyError, url: URL, *, connecting: bool = False
 ) -> ReleasebotError:
     """The releasebot error for a SQLAlchemy ``error``; raise it ``from`` the original.
 
-    A failure to connect, a dropped connection, a lock or a serialization conflict is
-    temporary; a missing table means the schema was never migrated; anything else (a
-    constraint, a type the database refused) is a permanent ``StoreError``.
+    A failure to reach the database, a dropped connection, a lock or a serialization
+    conflict is temporary. Permanent ``StoreError``: a database that refuses us for good
+    (it does not exist, wrong credentials, a file that is no database), a missing table
+    (the schema was never migrated), data the database refused (a constraint, a value too
+    long), and anything else.
     """
     detail = _detail(error)
     if url.password:
         detail = detail.replace(str(url.password), "***")
     if isinstance(error, exc.DBAPIError):
+        sqlstate = getattr(error.orig, "sqlstate", None) or ""
+        message = str(error.orig).lower()
         if connecting or error.connection_invalidated:
+            if _refused_for_good(error.orig, sqlstate, message):
+                return StoreError(
+                    f"state store: cannot use the database {render_url(url)}: {detail}"
+                )
             return StoreUnavailableError(
                 f"state store: cannot reach the database {render_url(url)}: {detail}"
             )
-        sqlstate = getattr(error.orig, "sqlstate", None) or ""
-        message = str(error.orig).lower()
         if sqlstate in _PG_MISSING_SCHEMA_CODES or message.startswith(_SQLITE_MISSING_SCHEMA):
             return StoreError(f"{NOT_MIGRATED} ({detail})")
         if (
@@ -118,7 +194,22 @@ def translate_error(
             or message.startswith(_SQLITE_TEMPORARY)
         ):
             return StoreUnavailableError(f"state store: database busy: {detail}")
+        if isinstance(error, exc.IntegrityError | exc.DataError) or sqlstate.startswith(
+            _PG_REFUSED_DATA_CLASSES
+        ):
+            return StoreError(f"state store refused the data: {detail}")
     return StoreError(f"state store: {detail}")
+
+
+def _refused_for_good(origin: object, sqlstate: str, message: str) -> bool:
+    """True when a failed connection attempt will fail the same way every time."""
+    if getattr(origin, "sqlite_errorname", None) in _SQLITE_PERMANENT_OPEN:
+        return True
+    return (
+        sqlstate.startswith(_PG_CONNECT_PERMANENT_CLASSES)
+        or sqlstate in _PG_CONNECT_PERMANENT_CODES
+        or any(phrase in message for phrase in _PG_CONNECT_PERMANENT_MESSAGES)
+    )
 
 
 def _sqlite_engine(url: URL, busy_timeout: timedelta) -> Engine:
@@ -144,9 +235,11 @@ def _sqlite_engine(url: URL, busy_timeout: timedelta) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
+            # The busy timeout first: switching a new file to WAL needs a moment of exclusive
+            # access, which another process opening the same new file may hold.
+            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         finally:
             cursor.close()
 

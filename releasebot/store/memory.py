@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from releasebot.domain.builds import BuildRecord
 from releasebot.domain.errors import StoreError
 from releasebot.domain.models import (
     DriverRelease,
@@ -27,7 +28,9 @@ from releasebot.domain.models import (
     TargetRecord,
     Validators,
 )
-from releasebot.store.tables import fit_error
+from releasebot.domain.targets import diff_targets, requested_target
+from releasebot.domain.versions import Arch
+from releasebot.store.limits import fit_error, fit_log, kept_validators
 
 Release = TypeVar("Release", FlatcarRelease, DriverRelease)
 
@@ -52,6 +55,7 @@ class MemoryStateStore:
         self._flatcar_entries: dict[str, dict[str, _Entry]] = {}
         self._driver_entries: dict[str, dict[str, _Entry]] = {}
         self._targets: dict[str, TargetRecord] = {}
+        self._builds: dict[tuple[str, Arch, int], BuildRecord] = {}
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._lock:
@@ -100,15 +104,9 @@ class MemoryStateStore:
         now = _utc(now)
         with self._lock:
             old = self._feeds.get(feed) or _new_feed(feed, url)
-            kept = old.validators
-            fresh = Validators(
-                etag=_newer(validators.etag, kept.etag),
-                last_modified=_newer(validators.last_modified, kept.last_modified),
-                body_sha256=_newer(validators.body_sha256, kept.body_sha256),
-            )
             self._feeds[feed] = replace(
                 old,
-                validators=fresh,
+                validators=kept_validators(old.validators, validators),
                 last_polled_at=now,
                 last_success_at=now,
                 consecutive_failures=0,
@@ -138,24 +136,11 @@ class MemoryStateStore:
 
     def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
         now = _utc(now)
-        wanted = [TargetRecord.from_planned(target, now=now) for target in planned]
-        tags = {record.tag for record in wanted}
-        if len(tags) != len(wanted):
-            raise ValueError("sync_targets: the plan lists a tag twice")
         with self._lock:
-            result: list[TargetRecord] = []
-            for record in wanted:
-                old = self._targets.get(record.tag)
-                if old is not None and old.same_plan(record):
-                    record = old
-                elif old is not None:
-                    record = replace(record, state=old.state, first_planned_at=old.first_planned_at)
+            diff = diff_targets(self._targets, planned, now)
+            for record in (*diff.inserts, *diff.updates):
                 self._targets[record.tag] = record
-                result.append(record)
-            for tag, old in self._targets.items():
-                if old.required and tag not in tags:
-                    self._targets[tag] = replace(old, required=False, updated_at=now)
-            return result
+            return list(diff.result)
 
     def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
         with self._lock:
@@ -164,6 +149,57 @@ class MemoryStateStore:
                 for tag in sorted(self._targets)
                 if self._targets[tag].required or not required_only
             ]
+
+    def target(self, tag: str) -> TargetRecord | None:
+        with self._lock:
+            return self._targets.get(tag)
+
+    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
+        record = requested_target(planned, _utc(now))
+        with self._lock:
+            return self._targets.setdefault(record.tag, record)
+
+    def builds(self, *, tag: str | None = None, active_only: bool = False) -> list[BuildRecord]:
+        with self._lock:
+            found = [
+                build
+                for build in self._builds.values()
+                if (tag is None or build.tag == tag) and (not active_only or build.state.active)
+            ]
+        return sorted(found, key=lambda b: (b.created_at, b.tag, b.arch.value, b.attempt))
+
+    def save(
+        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+    ) -> None:
+        with self._lock:
+            for build in builds:
+                if build.tag not in self._targets:
+                    # As the SQL stores' foreign key says it (engine.translate_error).
+                    raise StoreError(
+                        f"state store refused the data: build for unknown target {build.tag}"
+                    )
+            for record in targets:
+                old = self._targets.get(record.tag)
+                if old is None:  # as an SQL UPDATE: a target that is not there is not written
+                    continue
+                self._targets[record.tag] = replace(
+                    old,
+                    state=record.state,
+                    digest=record.digest,
+                    attempts=record.attempts,
+                    next_attempt_at=_utc_or_none(record.next_attempt_at),
+                    last_error=None if record.last_error is None else fit_error(record.last_error),
+                    published_at=_utc_or_none(record.published_at),
+                    updated_at=_utc(record.updated_at),
+                )
+            for build in builds:
+                self._builds[(build.tag, build.arch, build.attempt)] = replace(
+                    build,
+                    created_at=_utc(build.created_at),
+                    finished_at=_utc_or_none(build.finished_at),
+                    message=None if build.message is None else fit_error(build.message),
+                    log_tail=fit_log(build.log_tail),
+                )
 
     def _record_body(self, feed: str, url: str, validators: Validators, now: datetime) -> datetime:
         """Update the feed's state for a changed body; return its previous last success."""
@@ -218,10 +254,6 @@ def _new_feed(feed: str, url: str) -> FeedState:
         last_error_at=None,
         consecutive_failures=0,
     )
-
-
-def _newer(fresh: str | None, kept: str | None) -> str | None:
-    return kept if fresh is None else fresh
 
 
 def _utc(moment: datetime) -> datetime:

@@ -7,13 +7,18 @@ folder of the repository; the wheel ships the same folder as ``releasebot/_migra
 source tree.
 
 Every migration runs inside one transaction on one connection (PostgreSQL and SQLite both
-have transactional DDL): a failed upgrade leaves the previous schema in place. As in the
+have transactional DDL): a failed upgrade leaves the previous schema in place. Migrations
+are serialized, so that several processes starting on one new database (or several
+``releasebot db upgrade``) do not create the same tables at once: SQLite's ``BEGIN
+IMMEDIATE`` queues them, on PostgreSQL an advisory lock (``engine.MIGRATION_LOCK``) does.
+Whoever waited then finds the database already where it asked, and runs nothing. As in the
 store adapter, SQLAlchemy and Alembic errors come out as ``StoreError`` or
 ``StoreUnavailableError``. This module does not decide *when* to migrate; the caller does.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +28,7 @@ from sqlalchemy import Connection, Engine, exc, text
 from sqlalchemy.engine import URL
 
 from releasebot.domain.errors import StoreError
-from releasebot.store.engine import WRITE, make_engine, translate_error
+from releasebot.store.engine import MIGRATION_LOCK, WRITE, lock_writes, make_engine, translate_error
 
 if TYPE_CHECKING:  # Alembic is imported only when a migration really runs (start-up cost)
     from alembic.config import Config
@@ -31,7 +36,7 @@ if TYPE_CHECKING:  # Alembic is imported only when a migration really runs (star
 
 EngineOrUrl = Engine | URL | str
 
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 """The newest revision in ``migrations/versions``; a test keeps the two in step. Knowing it
 without Alembic lets every start-up check the schema with one cheap query."""
 
@@ -53,7 +58,9 @@ def upgrade(engine_or_url: EngineOrUrl, revision: str = "head") -> None:
     from alembic import command
 
     with _connection(engine_or_url, write=True) as conn:
-        _run(lambda config: command.upgrade(config, revision), conn)
+        lock_writes(conn, MIGRATION_LOCK)
+        if not _is_at(conn, revision):
+            _run(lambda config: command.upgrade(config, revision), conn)
 
 
 def downgrade(engine_or_url: EngineOrUrl, revision: str) -> None:
@@ -61,7 +68,9 @@ def downgrade(engine_or_url: EngineOrUrl, revision: str) -> None:
     from alembic import command
 
     with _connection(engine_or_url, write=True) as conn:
-        _run(lambda config: command.downgrade(config, revision), conn)
+        lock_writes(conn, MIGRATION_LOCK)
+        if not _is_at(conn, revision):
+            _run(lambda config: command.downgrade(config, revision), conn)
 
 
 def current_revision(engine_or_url: EngineOrUrl) -> str | None:
@@ -87,6 +96,26 @@ def is_at_head(engine_or_url: EngineOrUrl) -> bool:
             return False
         current = {row[0] for row in conn.execute(text("SELECT version_num FROM alembic_version"))}
     return current == {HEAD_REVISION}
+
+
+def _is_at(conn: Connection, revision: str) -> bool:
+    """True when the database is exactly at ``revision`` (``head``, ``base``, an id…).
+
+    Read after taking the migration lock: a process that waited for another's migration
+    sees its result here. A relative (``+1``) or unknown revision is never "there"; Alembic
+    then decides, and explains an unknown one.
+    """
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script.revision import RevisionError
+    from alembic.util import CommandError
+
+    if re.search(r"[+-]\d", revision):  # relative to where the database is (-1, head-2…)
+        return False
+    try:
+        wanted = {script.revision for script in _scripts().get_revisions(revision) if script}
+    except (RevisionError, CommandError):
+        return False
+    return set(MigrationContext.configure(conn).get_current_heads()) == wanted
 
 
 def _has_table(conn: Connection, name: str) -> bool:

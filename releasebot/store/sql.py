@@ -5,6 +5,9 @@ SELECT per table and then sent as at most one executemany statement per kind of 
 (insert, update), so the first poll of ~600 releases costs a handful of round trips, and a
 repeat of what is already stored writes nothing but the feed's row.
 
+Write transactions are serialized (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock,
+``engine.lock_writes``), so writes planned from a read cannot race another process's.
+
 Every SQLAlchemy error is translated at this boundary (``engine.translate_error``): callers
 see ``StoreUnavailableError`` (retry later) or ``StoreError`` (tell a human), never a
 SQLAlchemy exception. This module does not create or migrate the schema (``migrate.py``).
@@ -15,12 +18,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, Table, bindparam, exc, insert, or_, select, update
 
+from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -30,13 +33,15 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
+from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
-from releasebot.store.engine import WRITE, translate_error
+from releasebot.store.engine import WRITE, lock_writes, translate_error
+from releasebot.store.limits import fit_error, fit_log, kept_validators
 from releasebot.store.tables import (
+    builds,
     driver_feed_entries,
     driver_releases,
     feeds,
-    fit_error,
     flatcar_feed_entries,
     flatcar_releases,
     join_arches,
@@ -45,6 +50,7 @@ from releasebot.store.tables import (
 )
 
 Values = dict[str, Any]
+BuildKey = tuple[str, str, int]
 
 
 class SqlStateStore:
@@ -97,15 +103,15 @@ class SqlStateStore:
     ) -> None:
         with self._transaction(write=True) as conn:
             old = _feed_row(conn, feed)
-            kept = Validators() if old is None else _validators(old)
+            kept = kept_validators(Validators() if old is None else _validators(old), validators)
             _save_feed(
                 conn,
                 feed,
                 url,
                 exists=old is not None,
-                etag=_newer(validators.etag, kept.etag),
-                last_modified=_newer(validators.last_modified, kept.last_modified),
-                body_sha256=_newer(validators.body_sha256, kept.body_sha256),
+                etag=kept.etag,
+                last_modified=kept.last_modified,
+                body_sha256=kept.body_sha256,
                 last_polled_at=now,
                 last_success_at=now,
                 consecutive_failures=0,
@@ -136,34 +142,17 @@ class SqlStateStore:
         return sorted((_driver_release(row) for row in rows), key=lambda r: r.version)
 
     def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
-        wanted = [TargetRecord.from_planned(target, now=now) for target in planned]
-        tags = {record.tag for record in wanted}
-        if len(tags) != len(wanted):
-            raise ValueError("sync_targets: the plan lists a tag twice")
+        tags = {target.tag for target in planned}
         with self._transaction(write=True) as conn:
+            # What diff_targets needs: the required targets, and any planned one stored.
             query = select(targets).where(
                 or_(targets.c.required.is_(True), targets.c.tag.in_(tags))
             )
             stored = {row.tag: _target_record(row) for row in conn.execute(query)}
-            result: list[TargetRecord] = []
-            inserts: list[Values] = []
-            updates: list[Values] = []
-            for record in wanted:
-                old = stored.get(record.tag)
-                if old is None:
-                    inserts.append(_target_values(record))
-                elif old.same_plan(record):
-                    record = old
-                else:
-                    record = replace(record, state=old.state, first_planned_at=old.first_planned_at)
-                    updates.append(_target_values(record))
-                result.append(record)
-            for old in stored.values():
-                if old.required and old.tag not in tags:
-                    updates.append(_target_values(replace(old, required=False, updated_at=now)))
-            _insert(conn, targets, inserts)
-            _update(conn, targets, ("tag",), updates)
-        return result
+            diff = diff_targets(stored, planned, now)
+            _insert(conn, targets, [_target_values(record) for record in diff.inserts])
+            _update(conn, targets, ("tag",), [_target_values(record) for record in diff.updates])
+        return list(diff.result)
 
     def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
         query = select(targets)
@@ -173,9 +162,60 @@ class SqlStateStore:
             records = [_target_record(row) for row in conn.execute(query)]
         return sorted(records, key=lambda record: record.tag)
 
+    def target(self, tag: str) -> TargetRecord | None:
+        with self._transaction() as conn:
+            row = conn.execute(select(targets).where(targets.c.tag == tag)).one_or_none()
+        return None if row is None else _target_record(row)
+
+    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
+        record = requested_target(planned, now)
+        with self._transaction(write=True) as conn:
+            row = conn.execute(select(targets).where(targets.c.tag == record.tag)).one_or_none()
+            if row is not None:
+                return _target_record(row)
+            _insert(conn, targets, [_target_values(record)])
+        return record
+
+    def builds(self, *, tag: str | None = None, active_only: bool = False) -> list[BuildRecord]:
+        query = select(builds)
+        if tag is not None:
+            query = query.where(builds.c.tag == tag)
+        if active_only:
+            active = [state.value for state in BuildState if state.active]
+            query = query.where(builds.c.state.in_(active))
+        with self._transaction() as conn:
+            records = [_build_record(row) for row in conn.execute(query)]
+        return sorted(records, key=lambda b: (b.created_at, b.tag, b.arch.value, b.attempt))
+
+    def save(
+        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+    ) -> None:
+        if not targets and not builds:
+            return
+        with self._transaction(write=True) as conn:
+            _update(conn, _targets_table, ("tag",), [_target_status(t) for t in targets])
+            keys = [(b.tag, b.arch.value, b.attempt) for b in builds]
+            existing = _existing_builds(conn, keys)
+            rows = [_build_values(b) for b in builds]
+            _insert(
+                conn,
+                _builds_table,
+                [r for r, k in zip(rows, keys, strict=True) if k not in existing],
+            )
+            _update(
+                conn,
+                _builds_table,
+                ("tag", "arch", "attempt"),
+                [r for r, k in zip(rows, keys, strict=True) if k in existing],
+            )
+
     @contextmanager
     def _transaction(self, *, write: bool = False) -> Iterator[Connection]:
-        """One transaction; SQLAlchemy errors come out as releasebot's store errors."""
+        """One transaction; SQLAlchemy errors come out as releasebot's store errors.
+
+        A ``write`` transaction waits for every other writer first (see the module
+        docstring): on PostgreSQL the advisory lock is its first statement.
+        """
         url = self._engine.url
         try:
             conn = self._engine.connect()
@@ -186,6 +226,8 @@ class SqlStateStore:
                 if write:
                     conn.execution_options(**{WRITE: True})
                 with conn.begin():
+                    if write:
+                        lock_writes(conn)
                     yield conn
         except exc.SQLAlchemyError as error:
             raise translate_error(error, url) from error
@@ -292,11 +334,6 @@ def _save_feed(conn: Connection, feed: str, first_url: str, *, exists: bool, **v
         conn.execute(insert(feeds).values({"name": feed, "url": first_url, **values}))
 
 
-def _newer(fresh: str | None, kept: str | None) -> str | None:
-    """A validator from the latest answer if it carried one, else the one kept."""
-    return kept if fresh is None else fresh
-
-
 def _validators(row: Row[Any]) -> Validators:
     return Validators(etag=row.etag, last_modified=row.last_modified, body_sha256=row.body_sha256)
 
@@ -379,6 +416,11 @@ def _target_values(record: TargetRecord) -> Values:
         "required": record.required,
         "first_planned_at": record.first_planned_at,
         "updated_at": record.updated_at,
+        "digest": record.digest,
+        "attempts": record.attempts,
+        "next_attempt_at": record.next_attempt_at,
+        "last_error": record.last_error,
+        "published_at": record.published_at,
     }
 
 
@@ -395,4 +437,71 @@ def _target_record(row: Row[Any]) -> TargetRecord:
         required=row.required,
         first_planned_at=row.first_planned_at,
         updated_at=row.updated_at,
+        digest=row.digest,
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        last_error=row.last_error,
+        published_at=row.published_at,
+    )
+
+
+_targets_table = targets
+_builds_table = builds
+
+
+def _target_status(record: TargetRecord) -> Values:
+    return {
+        "tag": record.tag,
+        "state": record.state.value,
+        "digest": record.digest,
+        "attempts": record.attempts,
+        "next_attempt_at": record.next_attempt_at,
+        "last_error": None if record.last_error is None else fit_error(record.last_error),
+        "published_at": record.published_at,
+        "updated_at": record.updated_at,
+    }
+
+
+def _existing_builds(
+    conn: Connection, keys: list[tuple[str, str, int]]
+) -> set[tuple[str, str, int]]:
+    if not keys:
+        return set()
+    query = select(builds.c.tag, builds.c.arch, builds.c.attempt).where(
+        builds.c.tag.in_({tag for tag, _, _ in keys})
+    )
+    return {(row.tag, row.arch, row.attempt) for row in conn.execute(query)}
+
+
+def _build_values(build: BuildRecord) -> Values:
+    return {
+        "tag": build.tag,
+        "arch": build.arch.value,
+        "attempt": build.attempt,
+        "job_name": build.job_name,
+        "destination_tag": build.destination_tag,
+        "state": build.state.value,
+        "digest": build.digest,
+        "reason": None if build.reason is None else build.reason.value,
+        "message": None if build.message is None else fit_error(build.message),
+        "log_tail": fit_log(build.log_tail),
+        "created_at": build.created_at,
+        "finished_at": build.finished_at,
+    }
+
+
+def _build_record(row: Row[Any]) -> BuildRecord:
+    return BuildRecord(
+        tag=row.tag,
+        arch=Arch(row.arch),
+        attempt=row.attempt,
+        job_name=row.job_name,
+        destination_tag=row.destination_tag,
+        state=BuildState(row.state),
+        created_at=row.created_at,
+        digest=row.digest,
+        reason=None if row.reason is None else FailureReason(row.reason),
+        message=row.message,
+        log_tail=row.log_tail,
+        finished_at=row.finished_at,
     )

@@ -6,8 +6,9 @@ UTC datetimes (SQLite keeps no time zone; PostgreSQL answers in the session's zo
 Lists are stored as text (arches comma-separated, runfile URLs as JSON) rather than as
 database-specific array or JSON types.
 
-This module declares; it does not query (``sql.py``) and does not change a live schema
-(``migrations/``, checked against ``metadata`` by the migration tests for drift).
+This module declares; it does not query (``sql.py``), does not change a live schema
+(``migrations/``, checked against ``metadata`` by the migration tests for drift), and does
+not trim values to fit (``limits.py``, which the in-memory store shares).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeDecorator
 
 from releasebot.domain.versions import Arch, sorted_arches
+from releasebot.store.limits import ERROR_MAX_CHARS
 
 # Explicit constraint names, so that migrations can name what they alter or drop, and
 # SQLite's batch mode (which recreates tables) keeps the same names as PostgreSQL.
@@ -41,10 +43,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-ERROR_MAX_CHARS = 1000
-"""How much of a poll error is kept: enough for an HTTP status and a reason line, never a
-whole response body (bodies can be megabytes and may carry secrets)."""
 
 VERSION_LENGTH = 32
 """Flatcar versions are at most 29 characters (three 9-digit parts), driver versions 20."""
@@ -80,17 +78,6 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
-
-
-def fit_error(error: str) -> str:
-    """``error`` as the store keeps it: at most ``ERROR_MAX_CHARS``, no NUL characters.
-
-    PostgreSQL text cannot hold NUL, and third-party messages occasionally carry one.
-    """
-    text = error.replace("\x00", "\ufffd")
-    if len(text) > ERROR_MAX_CHARS:
-        text = text[: ERROR_MAX_CHARS - 1] + "…"
-    return text
 
 
 def join_arches(arches: frozenset[Arch] | tuple[Arch, ...]) -> str:
@@ -194,4 +181,26 @@ targets = Table(
     Column("required", Boolean, nullable=False),
     Column("first_planned_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    Column("digest", Text),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", UtcDateTime),
+    Column("last_error", Text),
+    Column("published_at", UtcDateTime),
+)
+
+builds = Table(
+    "builds",
+    metadata,
+    Column("tag", String(TAG_LENGTH), ForeignKey(targets.c.tag), primary_key=True),
+    Column("arch", String(16), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("job_name", String(63), nullable=False, unique=True),
+    Column("destination_tag", String(TAG_LENGTH), nullable=False),
+    Column("state", Text, nullable=False),
+    Column("digest", Text),
+    Column("reason", Text),
+    Column("message", Text),
+    Column("log_tail", Text),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime),
 )

@@ -4,11 +4,14 @@ Covers feed bodies (new, edited, vanished and returning releases; a version in t
 unchanged and failed polls, target syncing, UTC times and the refusal of naive ones. The
 SQL-only part checks what the database sees: a handful of statements for a 600-release
 first poll, no write but the feed row for a repeated body, none at all for a repeated
-plan, the presence bookkeeping of feed entries, and how database failures are translated.
+plan, the presence bookkeeping of feed entries, and how database failures are translated
+(more in ``test_store_errors.py``). Last, that the memory store does not import SQLAlchemy.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -30,8 +33,9 @@ from releasebot.domain.models import (
 from releasebot.domain.ports import StateStore
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
 from releasebot.store.engine import make_engine
+from releasebot.store.limits import ERROR_MAX_CHARS
 from releasebot.store.sql import SqlStateStore
-from releasebot.store.tables import ERROR_MAX_CHARS, flatcar_feed_entries
+from releasebot.store.tables import flatcar_feed_entries
 from tests.contract.conftest import Backend
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -402,3 +406,11 @@ def test_an_unreachable_database_is_temporary_and_hides_the_password() -> None:
         engine.dispose()
     assert "127.0.0.1:1" in str(caught.value)
     assert "s3cret" not in str(caught.value)
+
+
+def test_the_memory_store_does_without_sqlalchemy() -> None:
+    # Dry runs use the memory store: it shares the stores' limits (store/limits.py), not
+    # the SQL tables, so it never pays for importing SQLAlchemy.
+    code = "import sys, releasebot.store.memory; print('sqlalchemy' in sys.modules)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"

@@ -20,6 +20,7 @@ import pytest
 from releasebot.cli import main
 from tests.feedserver import FeedServer, Reply
 from tests.postgres import fresh_postgres_database
+from tests.registryserver import RunningRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,12 +31,19 @@ def server() -> Iterator[FeedServer]:
         yield feed_server
 
 
+@pytest.fixture
+def repository(plain_registry: RunningRegistry, registry_name: str) -> str:
+    """An empty repository in a real registry on loopback: every target starts missing."""
+    return plain_registry.repository(registry_name)
+
+
 def serve(server: FeedServer, path: str, file: Path, etag: str = '"v1"') -> None:
     server.route(path, FeedServer.static(file.read_bytes(), etag=etag))
 
 
-def write_config(tmp_path: Path, server: FeedServer, **extra: str) -> Path:
+def write_config(tmp_path: Path, server: FeedServer, repository: str, **extra: str) -> Path:
     lines = {
+        "registry": f'repository = "{repository}"\ninsecure = true',
         "database": f'url = "sqlite:///{tmp_path / "state.db"}"',
         "flatcar": (
             f'feed_url = "{server.url("/flatcar/releases-{channel}.json")}"\n'
@@ -62,11 +70,20 @@ def serve_fixtures(server: FeedServer, test_data: Path) -> None:
 
 
 def test_plan_prints_json_targets(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve_fixtures(server, test_data)
     code, out, err = run(
-        capsys, "plan", "--config", str(write_config(tmp_path, server)), "--format", "json"
+        capsys,
+        "plan",
+        "--config",
+        str(write_config(tmp_path, server, repository)),
+        "--format",
+        "json",
     )
     assert code == 0, err
     targets = json.loads(out)
@@ -82,7 +99,7 @@ def test_plan_prints_json_targets(
     assert first["flatcar_channel"] == "stable"
     assert first["kernel"] == "6.12.102"
     assert first["arches"] == ["amd64", "arm64"]
-    assert first["state"] == "unknown"
+    assert first["state"] == "missing"  # the registry is empty
     assert targets[2]["flatcar_channel"] == "lts"
     # one progress line per feed on stderr
     assert err.count("releasebot: feed ") == 3
@@ -90,14 +107,29 @@ def test_plan_prints_json_targets(
 
 
 def test_plan_table_and_quiet(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve_fixtures(server, test_data)
-    code, out, err = run(capsys, "plan", "--quiet", "--config", str(write_config(tmp_path, server)))
+    code, out, err = run(
+        capsys, "plan", "--quiet", "--config", str(write_config(tmp_path, server, repository))
+    )
     assert code == 0
     assert err == ""
     lines = out.splitlines()
-    assert lines[0].split() == ["TAG", "DRIVER", "FLATCAR", "CHANNEL", "KERNEL", "ARCHES", "STATE"]
+    assert lines[0].split() == [
+        "TAG",
+        "DRIVER",
+        "FLATCAR",
+        "CHANNEL",
+        "KERNEL",
+        "ARCHES",
+        "STATE",
+        "DIGEST",
+    ]
     assert lines[1].split() == [
         "580.178.04-flatcar4593.2.5",
         "580.178.04",
@@ -105,16 +137,56 @@ def test_plan_table_and_quiet(
         "stable",
         "6.12.102",
         "amd64,arm64",
-        "unknown",
+        "missing",
     ]
     assert len(lines) == 5
 
 
-def test_repeat_run_sends_conditional_requests_and_gets_the_same_plan(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+def test_plan_shows_published_tags_with_their_digest(
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve_fixtures(server, test_data)
-    config = str(write_config(tmp_path, server))
+    digest = plain_registry.push_image(registry_name, "580.178.04-flatcar4593.2.5", arch="amd64")
+    config = str(write_config(tmp_path, server, repository))
+    code, out, err = run(capsys, "plan", "--config", config, "--format", "json")
+    assert code == 0, err
+    states = {t["tag"]: (t["state"], t["digest"]) for t in json.loads(out)}
+    assert states["580.178.04-flatcar4593.2.5"] == ("published", digest)
+    assert states["580.178.04-flatcar4593.2.4"] == ("missing", None)
+
+
+def test_registry_down_keeps_last_known_states(
+    tmp_path: Path,
+    server: FeedServer,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    serve_fixtures(server, test_data)
+    closed = "127.0.0.1:9/nvidia/driver"  # the discard port: nothing listens
+    registry = f'repository = "{closed}"\ninsecure = true\nretries = 0'  # no backoff sleeps
+    config = str(write_config(tmp_path, server, closed, registry=registry))
+    code, out, err = run(capsys, "plan", "--config", config, "--format", "json")
+    assert code == 0
+    assert {t["state"] for t in json.loads(out)} == {"unknown"}
+    assert "registry 127.0.0.1:9: unreachable" in err
+    assert "Traceback" not in err
+
+
+def test_repeat_run_sends_conditional_requests_and_gets_the_same_plan(
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    serve_fixtures(server, test_data)
+    config = str(write_config(tmp_path, server, repository))
     _, first, _ = run(capsys, "plan", "--config", config, "--format", "json")
     code, second, err = run(capsys, "plan", "--config", config, "--format", "json")
     assert code == 0
@@ -126,12 +198,21 @@ def test_repeat_run_sends_conditional_requests_and_gets_the_same_plan(
 
 
 def test_a_failing_feed_is_one_line_and_the_others_still_plan(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve_fixtures(server, test_data)
     server.route("/flatcar/releases-lts-2024.json", Reply(404, {}, b"gone"))
     code, out, err = run(
-        capsys, "plan", "--config", str(write_config(tmp_path, server)), "--format", "json"
+        capsys,
+        "plan",
+        "--config",
+        str(write_config(tmp_path, server, repository)),
+        "--format",
+        "json",
     )
     assert code == 0
     assert [t["flatcar_version"] for t in json.loads(out)] == ["4593.2.5", "4593.2.4"]
@@ -142,7 +223,11 @@ def test_a_failing_feed_is_one_line_and_the_others_still_plan(
 
 
 def test_nothing_plannable_exits_1(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve(server, "/nvidia/releases.json", test_data / "nvidia/releases.json")
     server.route(
@@ -150,7 +235,9 @@ def test_nothing_plannable_exits_1(
         Reply(200, {"Content-Type": "text/html"}, b"<html>login</html>"),
     )
     server.route("/flatcar/releases-lts-2024.json", Reply(200, {}, b'{"4081.3.1": {"chan'))
-    code, out, err = run(capsys, "plan", "--config", str(write_config(tmp_path, server)))
+    code, out, err = run(
+        capsys, "plan", "--config", str(write_config(tmp_path, server, repository))
+    )
     assert code == 1
     assert out == "no targets\n"
     assert "feed flatcar/stable: returned HTML" in err
@@ -159,10 +246,14 @@ def test_nothing_plannable_exits_1(
 
 
 def test_last_good_state_survives_a_broken_feed(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve_fixtures(server, test_data)
-    config = str(write_config(tmp_path, server))
+    config = str(write_config(tmp_path, server, repository))
     _, good, _ = run(capsys, "plan", "--config", config, "--format", "json")
     server.route("/flatcar/releases-stable.json", Reply(200, {}, b'{"4593.2.x": {}}'))
     server.route("/nvidia/releases.json", Reply(503, {}, b"down"))
@@ -179,10 +270,14 @@ def test_last_good_state_survives_a_broken_feed(
 
 
 def test_vanished_release_stays_a_target_and_replaced_one_is_kept_unrequired(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve_fixtures(server, test_data)
-    config = str(write_config(tmp_path, server))
+    config = str(write_config(tmp_path, server, repository))
     run(capsys, "plan", "--config", config)
     stable = json.loads((test_data / "flatcar/releases-stable.json").read_text())
     del stable["4593.2.5"]
@@ -201,7 +296,11 @@ def test_vanished_release_stays_a_target_and_replaced_one_is_kept_unrequired(
 
 
 def test_replay_of_the_real_stable_snapshots(
-    tmp_path: Path, server: FeedServer, shared_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    shared_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     flatcar = shared_data / "flatcar"
     serve(server, "/flatcar/releases-stable.json", flatcar / "releases-stable.2026-07-09.json")
@@ -210,6 +309,7 @@ def test_replay_of_the_real_stable_snapshots(
         write_config(
             tmp_path,
             server,
+            repository,
             flatcar=(
                 f'feed_url = "{server.url("/flatcar/releases-{channel}.json")}"\n'
                 'channels = ["stable"]\nkeep = 2'
@@ -303,12 +403,16 @@ def test_demo_as_a_real_process_has_no_traceback(tmp_path: Path) -> None:
 
 @pytest.mark.postgres
 def test_plan_on_postgresql(
-    tmp_path: Path, server: FeedServer, test_data: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     serve_fixtures(server, test_data)
     with fresh_postgres_database() as url:
         database = f'url = "{url.render_as_string(hide_password=False)}"'
-        config = str(write_config(tmp_path, server, database=database))
+        config = str(write_config(tmp_path, server, repository, database=database))
         code, first, err = run(capsys, "plan", "--config", config, "--format", "json")
         assert code == 0, err
         code, second, err = run(capsys, "plan", "--config", config, "--format", "json")

@@ -2,14 +2,16 @@
 
 Covers conditional requests (ETag, Last-Modified, 304), the body-hash fallback for servers
 without validators, redirects (followed, counted, looping), 4xx, retried 5xx/429 with the
-injected sleep, refused connections, timeouts, HTML and truncated bodies, the size limit,
-``file://`` feeds, and that no URL credentials leak into messages. Backoff sleeps are
-recorded, never slept.
+injected sleep, refused connections, timeouts, the overall deadline (a server that stalls
+or trickles), HTML and truncated bodies, the size limit, ``file://`` feeds (and paths that
+are not regular files), odd URLs and client settings turned into one-line errors, and that
+no URL credentials leak into messages. Backoff sleeps are recorded, never slept.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -85,6 +87,7 @@ def test_validators_are_sent_back_and_304_means_unchanged(
     assert conditional.headers["if-none-match"] == ETAG
     assert conditional.headers["if-modified-since"] == LAST_MODIFIED
     assert conditional.headers["user-agent"] == "releasebot-test/1.0"
+    assert conditional.headers["connection"] == "close"  # the deadline's watchdog needs it
 
 
 def test_a_304_with_a_new_etag_updates_it_and_keeps_the_rest(
@@ -284,6 +287,83 @@ def test_a_slow_server_times_out(server: FeedServer) -> None:
     assert time.monotonic() - started < 2
 
 
+# -- the overall deadline ------------------------------------------------------------------
+# httpx's timeout applies per read: a server sending a byte every so often never hits it.
+
+
+@pytest.fixture
+def patient_client() -> Iterator[httpx.Client]:
+    """A client whose per-read timeout (30 s) never fires within these tests."""
+    with make_http_client(timedelta(seconds=30), "releasebot-test") as patient:
+        yield patient
+
+
+def test_a_trickled_body_is_cut_off_at_the_deadline(
+    server: FeedServer, patient_client: httpx.Client, sleeps: list[timedelta]
+) -> None:
+    # 0.05 s per byte: each read is quick, the whole body would take 20 s.
+    server.route("/feed", Reply(200, {}, b"{" + b" " * 398 + b"}", trickle=0.05))
+    fetcher = HttpFeedFetcher(patient_client, sleep=sleeps.append, deadline=timedelta(seconds=0.3))
+    started = time.monotonic()
+
+    with pytest.raises(FeedUnavailableError) as caught:
+        fetcher.fetch("stable", server.url("/feed"), None)
+
+    assert str(caught.value) == "feed stable: took longer than 0.3s"
+    assert time.monotonic() - started < 2
+    assert sleeps == []  # no time is left for a retry
+    assert len(server.requests) == 1
+
+
+def test_a_server_that_withholds_its_headers_is_cut_off_at_the_deadline(
+    server: FeedServer, patient_client: httpx.Client, sleeps: list[timedelta]
+) -> None:
+    # While httpx waits for the status line none of the fetcher's code runs: the watchdog
+    # must wake the read.
+    server.route("/feed", Reply(200, {}, BODY, delay=10))
+    fetcher = HttpFeedFetcher(patient_client, sleep=sleeps.append, deadline=timedelta(seconds=0.3))
+    started = time.monotonic()
+
+    with pytest.raises(FeedUnavailableError) as caught:
+        fetcher.fetch("stable", server.url("/feed"), None)
+
+    assert str(caught.value) == "feed stable: took longer than 0.3s"
+    assert time.monotonic() - started < 2
+    assert sleeps == []
+
+
+def test_no_retry_is_waited_for_past_the_deadline(
+    server: FeedServer, client: httpx.Client, sleeps: list[timedelta]
+) -> None:
+    server.route("/feed", Reply(503))
+    fetcher = HttpFeedFetcher(
+        client, retries=2, sleep=sleeps.append, deadline=timedelta(seconds=0.5)
+    )
+
+    with pytest.raises(FeedUnavailableError, match="server error 503"):
+        fetcher.fetch("stable", server.url("/feed"), None)
+
+    assert sleeps == []  # the 1 s backoff would outlast the 0.5 s deadline
+    assert len(server.requests) == 1
+
+
+def test_a_fast_answer_is_not_affected_by_the_deadline(
+    server: FeedServer, client: httpx.Client
+) -> None:
+    server.route("/feed", FeedServer.static(BODY))
+    fetcher = HttpFeedFetcher(client, deadline=timedelta(seconds=0.3))
+
+    results = [fetcher.fetch("stable", server.url("/feed"), None) for _ in range(3)]
+
+    assert all(isinstance(result, FetchedBody) for result in results)
+    assert len(server.requests) == 3
+
+
+def test_the_deadline_must_be_positive(client: httpx.Client) -> None:
+    with pytest.raises(ValueError, match="deadline must be positive"):
+        HttpFeedFetcher(client, deadline=timedelta(0))
+
+
 # -- bodies --------------------------------------------------------------------------------------
 
 
@@ -357,9 +437,138 @@ def test_a_missing_file_is_rejected(tmp_path: Path, fetcher: HttpFeedFetcher) ->
         fetcher.fetch("stable", missing.as_uri(), None)
 
 
+@pytest.mark.timeout(10)  # a regression would block on the FIFO: fail, do not hang
+@pytest.mark.parametrize("kind", ["directory", "character device", "FIFO", "socket"])
+def test_a_file_url_to_anything_but_a_regular_file_is_rejected(
+    tmp_path: Path, fetcher: HttpFeedFetcher, kind: str
+) -> None:
+    # /dev/zero and /dev/null report size 0, so a size check alone never stops the read.
+    target = tmp_path / "releases-stable.json"
+    listener = None
+    if kind == "directory":
+        target.mkdir()
+    elif kind == "character device":
+        target = Path("/dev/null")
+    elif kind == "FIFO":
+        os.mkfifo(target)
+    else:
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(target))
+    try:
+        with pytest.raises(FeedRejectedError) as caught:
+            fetcher.fetch("stable", target.as_uri(), None)
+    finally:
+        if listener is not None:
+            listener.close()
+
+    assert str(caught.value) == (
+        f"feed stable: {target} is not a regular file (a {kind}): a file URL must name a feed file"
+    )
+
+
+def test_a_file_that_reads_longer_than_its_size_is_cut_at_the_limit(
+    client: httpx.Client,
+) -> None:
+    # Files in /proc are regular files of size 0 with content: only the read bound holds.
+    status = Path("/proc/self/status")
+    if not status.is_file() or status.stat().st_size != 0:
+        pytest.skip("needs Linux /proc")
+    fetcher = HttpFeedFetcher(client, max_bytes=100)
+
+    with pytest.raises(FeedFormatError, match="/proc/self/status is over 100 bytes"):
+        fetcher.fetch("stable", status.as_uri(), None)
+
+
+def test_a_file_over_the_limit_is_refused(tmp_path: Path, client: httpx.Client) -> None:
+    feed = tmp_path / "releases-stable.json"
+    feed.write_bytes(b"[" + b"0," * 1000 + b"0]")
+
+    with pytest.raises(FeedFormatError, match=r"releases-stable\.json is over 1024 bytes"):
+        HttpFeedFetcher(client, max_bytes=1024).fetch("stable", feed.as_uri(), None)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        pytest.param("/tmp/feed%00.json", "invalid file path /tmp/feed\\x00.json:", id="nul"),
+        pytest.param("/" + "a" * 5000, "cannot read /aaaa", id="name-too-long"),
+    ],
+)
+def test_a_bad_file_path_is_a_one_line_rejection(
+    fetcher: HttpFeedFetcher, path: str, expected: str
+) -> None:
+    with pytest.raises(FeedRejectedError) as caught:
+        fetcher.fetch("stable", f"file://{path}", None)
+
+    message = str(caught.value)
+    assert expected in message
+    assert message.isprintable()
+    assert len(message) < 300
+
+
 def test_an_unsupported_scheme_is_rejected(fetcher: HttpFeedFetcher) -> None:
     with pytest.raises(FeedRejectedError, match="unsupported URL scheme 'ftp'"):
         fetcher.fetch("stable", "ftp://mirror.example/releases.json", None)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        pytest.param("http://[::1/feed.json", "invalid URL (a URL that does not parse)", id="ipv6"),
+        pytest.param("http://a..b/feed.json", "cannot send a request to http://a..b/", id="idna"),
+        pytest.param("http://xn--a.com/feed.json", "cannot send a request to", id="punycode"),
+        pytest.param("http://" + "a" * 300 + ".test/", "cannot send a request to", id="label"),
+        pytest.param("http://ex\u0000ample.test/", "invalid URL http://ex\\x00ample", id="nul"),
+    ],
+)
+def test_an_odd_url_is_a_one_line_rejection(
+    fetcher: HttpFeedFetcher, sleeps: list[timedelta], url: str, expected: str
+) -> None:
+    with pytest.raises(FeedRejectedError) as caught:
+        fetcher.fetch("stable", url, None)
+
+    message = str(caught.value)
+    assert expected in message
+    assert message.isprintable()
+    assert len(message) < 450  # the URL and the third-party text are trimmed to 200 each
+    assert sleeps == []
+
+
+@pytest.mark.parametrize("user_agent", ["releasebot/1.0 (café)", "releasebot\r\nX-Evil: 1", ""])
+def test_make_http_client_refuses_a_user_agent_that_is_not_printable_ascii(
+    user_agent: str,
+) -> None:
+    if not user_agent:  # the empty string is printable ASCII: allowed
+        make_http_client(timedelta(seconds=1), user_agent).close()
+        return
+    with pytest.raises(ValueError, match="user agent must be printable ASCII") as caught:
+        make_http_client(timedelta(seconds=1), user_agent)
+
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        pytest.param(b"not a certificate\n", "no certificate or crl found", id="not-pem"),
+        pytest.param(b"", "no certificate or crl found", id="empty"),
+        pytest.param(None, "No such file or directory", id="missing"),
+    ],
+)
+def test_make_http_client_explains_a_bad_ca_bundle_in_one_line(
+    tmp_path: Path, content: bytes | None, expected: str
+) -> None:
+    bundle = tmp_path / "mirror-ca.pem"
+    if content is not None:
+        bundle.write_bytes(content)
+
+    with pytest.raises(ValueError, match="cannot load CA bundle") as caught:
+        make_http_client(timedelta(seconds=1), "releasebot-test", verify=str(bundle))
+
+    message = str(caught.value)
+    assert message.startswith(f"cannot load CA bundle '{bundle}': ")
+    assert expected in message
+    assert "\n" not in message
 
 
 def test_retries_are_bounded(client: httpx.Client) -> None:

@@ -3,14 +3,17 @@
 Each test gets an empty database (a SQLite file, or a fresh PostgreSQL database dropped
 afterwards) and checks: upgrade to head, downgrade to base, upgrade again; that autogenerate
 finds no drift between the migrated schema and ``tables.metadata``; that URLs work as well
-as engines; and that migration errors come out as ``StoreError``.
+as engines; that several processes upgrading one empty database at once all succeed; and
+that migration errors come out as ``StoreError``.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -85,6 +88,71 @@ def test_a_url_works_as_well_as_an_engine(database_url: URL) -> None:
     migrate.upgrade(url, "head")
     assert migrate.is_at_head(url)
     assert migrate.current_revision(database_url) == migrate.head_revision()
+
+
+def _upgrade_in_a_process(url: str, start: Any, results: Any) -> None:
+    """One ``releasebot db upgrade``: connect, wait for the others, migrate, report."""
+    engine = make_engine(url)
+    try:
+        engine.connect().close()
+        migrate.head_revision()  # import Alembic before the race, not during it
+        start.wait(30)
+        migrate.upgrade(engine)
+        results.put(migrate.current_revision(engine))
+    except Exception as error:  # noqa: BLE001 - whatever it is, the test shows it
+        results.put(repr(error))
+    finally:
+        engine.dispose()
+
+
+def test_concurrent_upgrades_of_an_empty_database_all_succeed(database_url: URL) -> None:
+    # Three `releasebot db upgrade` (or three services starting) on one new database, all
+    # migrating at the same moment. Processes, not threads: Alembic keeps the running
+    # migration in module globals, so threads would mostly test that instead.
+    count = 3
+    spawn = multiprocessing.get_context("spawn")
+    start, results = spawn.Barrier(count), spawn.Queue()
+    url = database_url.render_as_string(hide_password=False)
+    workers = [
+        spawn.Process(target=_upgrade_in_a_process, args=(url, start, results))
+        for _ in range(count)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        reports = [results.get(timeout=60) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(10)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+
+    assert reports == [migrate.HEAD_REVISION] * count
+    engine = make_engine(database_url)
+    try:
+        assert tables_in(engine) == TABLES | {"alembic_version"}
+        assert migrate.is_at_head(engine)
+    finally:
+        engine.dispose()
+
+
+def test_an_upgrade_or_downgrade_to_where_the_database_is_runs_no_migration(
+    engine: Engine,
+) -> None:
+    migrate.upgrade(engine)
+    migrate.upgrade(engine, migrate.HEAD_REVISION)
+    migrate.downgrade(engine, "0001")
+    migrate.downgrade(engine, "0001")
+    assert migrate.current_revision(engine) == "0001"
+    migrate.upgrade(engine, "heads")
+    assert migrate.is_at_head(engine)
+    # Relative revisions count from where the database is, each time.
+    migrate.downgrade(engine, "-1")
+    migrate.downgrade(engine, "-1")
+    assert migrate.current_revision(engine) is None
+    migrate.upgrade(engine, "+2")
+    assert migrate.is_at_head(engine)
 
 
 def test_an_unknown_revision_is_a_store_error(engine: Engine) -> None:

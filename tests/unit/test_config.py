@@ -94,7 +94,23 @@ def test_config_path_from_the_environment(tmp_path: Path) -> None:
         ("[nvidia]\nbranches = []\n", "nvidia.branches", "at least one"),
         ('[database]\nurl = "mysql://x/y"\n', "database.url", "sqlite"),
         ('[registry]\nrepository = "Registry/UPPER"\n', "registry.repository", "repository"),
-        ("[http]\ntimeout_seconds = -1\n", "http.timeout_seconds", "greater than 0"),
+        ("[http]\ntimeout_seconds = -1\n", "http.timeout_seconds", "between 0 and 3600"),
+        ("[http]\ntimeout_seconds = nan\n", "http.timeout_seconds", "between 0 and 3600"),
+        ("[http]\ntimeout_seconds = inf\n", "http.timeout_seconds", "between 0 and 3600"),
+        ('[http]\nuser_agent = "bot é"\n', "http.user_agent", "printable ASCII"),
+        ("[flatcar]\nchannels = [1.5]\n", "flatcar.channels", "list of strings"),
+        ('[flatcar]\nchannels = [["stable"]]\n', "flatcar.channels", "list of strings"),
+        ("[flatcar]\narches = [{a = 1}]\n", "flatcar.arches", "list of strings"),
+        ('[flatcar]\nfeed_url = "http://[::1/x"\n', "flatcar.feed_url", "not a valid URL"),
+        ('[nvidia]\nfeed_url = "https://u:pw@h:abc/x"\n', "nvidia.feed_url", "not a valid URL"),
+        ('[database]\nurl = "postgresql://u:pw@h:abc/db"\n', "database.url", "not a valid URL"),
+        ('[kaniko]\nmemory_limit = "lots"\n', "kaniko.memory_limit", "quantity"),
+        ('[kaniko]\ncontext = "https://x/y"\n', "kaniko.context", "git://"),
+        ('[kaniko]\ncontext_sub_path = "../up"\n', "kaniko.context_sub_path", "relative"),
+        ('[kaniko]\nexecutor_image = "kaniko"\n', "kaniko.executor_image", "tag or digest"),
+        ("[build]\nmax_concurrent_builds = 0\n", "build.max_concurrent_builds", "between"),
+        ('[kubernetes]\nnamespace = "Bad_NS"\n', "kubernetes.namespace", "Kubernetes name"),
+        ('[registry]\npassword = "x"\n', "registry.username", "needed"),
         ('[http]\nca_bundle = "/nonexistent/ca.pem"\n', "http.ca_bundle", "not found"),
         ("flatcar = 1\n", "flatcar", "[table]"),
         ("[flatcar\n", "--config", "not valid TOML"),
@@ -111,16 +127,49 @@ def test_bad_files_name_the_key(tmp_path: Path, text: str, key: str, problem: st
 @pytest.mark.parametrize(
     ("environ", "key"),
     [
-        ({"RELEASEBOT_FLATCAR_KEEP": "two"}, "flatcar.keep"),
-        ({"RELEASEBOT_FLATCAR_CHANNELZ": "stable"}, "flatcar.channelz"),
+        ({"RELEASEBOT_FLATCAR_KEEP": "two"}, "RELEASEBOT_FLATCAR_KEEP"),
+        ({"RELEASEBOT_FLATCAR_CHANNELZ": "stable"}, "RELEASEBOT_FLATCAR_CHANNELZ"),
         ({"RELEASEBOT_NOPE_X": "1"}, "RELEASEBOT_NOPE_X"),
-        ({"RELEASEBOT_FLATCAR_CHANNELS": ""}, "flatcar.channels"),
+        ({"RELEASEBOT_FLATCAR_CHANNELS": ""}, "RELEASEBOT_FLATCAR_CHANNELS"),
+        ({"RELEASEBOT_HTTP_TIMEOUT_SECONDS": "nan"}, "RELEASEBOT_HTTP_TIMEOUT_SECONDS"),
+        ({"RELEASEBOT_HTTP_TIMEOUT_SECONDS": "1e400"}, "RELEASEBOT_HTTP_TIMEOUT_SECONDS"),
+        ({"RELEASEBOT_REGISTRY_INSECURE": "maybe"}, "RELEASEBOT_REGISTRY_INSECURE"),
     ],
 )
 def test_bad_environment_names_the_key(environ: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(None, environ=environ)
     assert caught.value.key == key
+
+
+def test_env_booleans() -> None:
+    settings = load_settings(None, environ={"RELEASEBOT_REGISTRY_INSECURE": "yes"})
+    assert settings.registry.insecure is True
+
+
+def test_a_ca_bundle_that_is_not_pem_is_refused(tmp_path: Path) -> None:
+    bogus = tmp_path / "ca.pem"
+    bogus.write_text("not a certificate\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, f'[http]\nca_bundle = "{bogus}"\n'), environ={})
+    assert caught.value.key == "http.ca_bundle"
+
+
+def test_secrets_stay_out_of_repr_and_errors(tmp_path: Path) -> None:
+    settings = load_settings(
+        None,
+        environ={
+            "RELEASEBOT_REGISTRY_USERNAME": "bot",
+            "RELEASEBOT_REGISTRY_PASSWORD": "hunter2",
+        },
+    )
+    assert settings.registry.password == "hunter2"
+    assert "hunter2" not in repr(settings)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(
+            write(tmp_path, '[flatcar]\nfeed_url = "ftp://u:hunter2@x/{channel}"\n'), environ={}
+        )
+    assert "hunter2" not in str(caught.value)
 
 
 def test_missing_file_is_one_line(tmp_path: Path) -> None:

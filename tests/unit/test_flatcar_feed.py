@@ -1,8 +1,10 @@
 """``parse_flatcar_feed``: shape checks, pseudo-keys, numeric order, content digests.
 
 Covers the project's own fixtures, malformed variants of them (each error names the
-version and field), and the real upstream feeds in ``../shared/data/flatcar`` (counts from
-their README, the stable replay that adds exactly 4593.2.5, and the CPU budget).
+version and field; strings kept are bounded and free of control characters), hostile
+bodies (deep nesting), and the real upstream feeds in ``../shared/data/flatcar`` (counts
+from their README, the stable replay that adds exactly 4593.2.5, the same LTS release
+digested alike in two feeds, and the CPU budget).
 """
 
 from __future__ import annotations
@@ -71,18 +73,56 @@ def test_replaying_the_stable_fixtures_shows_one_new_release(test_data: Path) ->
     assert all(after[v].content_sha256 == before[v].content_sha256 for v in before)
 
 
-def test_content_digest_ignores_layout_but_sees_edited_release_notes(test_data: Path) -> None:
+def digests(entries: dict[str, Any]) -> dict[str, str]:
+    return {r.version.text: r.content_sha256 for r in parse_flatcar(entries)}
+
+
+def test_content_digest_ignores_layout(test_data: Path) -> None:
     entries = fixture_entries(test_data)
-    original = {r.version.text: r.content_sha256 for r in parse_flatcar(entries)}
     # Same content, different key order and whitespace: same digest.
     reordered = {key: dict(reversed(value.items())) for key, value in reversed(entries.items())}
     relaid = json.dumps(reordered, indent=4).encode()
-    assert {r.version.text: r.content_sha256 for r in parse_flatcar_feed("t", relaid)} == original
 
+    assert {r.version.text: r.content_sha256 for r in parse_flatcar_feed("t", relaid)} == (
+        digests(entries)
+    )
+
+
+def test_content_digest_ignores_what_releasebot_does_not_store(test_data: Path) -> None:
+    # releasebot stores no release notes nor other software versions; the same release
+    # differs there between feeds (4081.3.1 in lts vs lts-2024), so they must not count.
+    entries = fixture_entries(test_data)
+    original = digests(entries)
     entries["4593.2.4"]["release_notes"] += "\n - Late upstream edit\n"
-    edited = {r.version.text: r.content_sha256 for r in parse_flatcar(entries)}
+    entries["4593.2.4"]["major_software"]["docker"] = ["99.0.0"]
+    entries["4593.2.4"]["architectures"].append("riscv64")  # never built
+    entries["4593.2.4"]["release_date"] = "2026-07-09 15:02:32 +0200"  # same instant
 
-    assert edited["4593.2.4"] != original["4593.2.4"]
+    assert (
+        entries["4593.2.4"]["release_date"]
+        != fixture_entries(test_data)["4593.2.4"]["release_date"]
+    )
+    assert digests(entries) == original
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("channel", "beta"),
+        ("architectures", ["amd64"]),
+        ("release_date", "2026-07-21 12:00:00 +0000"),
+        ("major_software", {"kernel": ["6.12.99"]}),
+    ],
+)
+def test_content_digest_sees_edits_of_stored_fields(
+    test_data: Path, field: str, value: object
+) -> None:
+    entries = fixture_entries(test_data)
+    original = digests(entries)
+    entries["4593.2.4"][field] = value
+
+    edited = digests(entries)
+
     assert {v for v in original if edited[v] != original[v]} == {"4593.2.4"}
 
 
@@ -108,6 +148,39 @@ def test_release_date_is_normalised_to_utc_and_may_be_empty(test_data: Path) -> 
 
 def parse_flatcar(entries: dict[str, Any]) -> list[FlatcarRelease]:
     return parse_flatcar_feed("test", json.dumps(entries).encode())
+
+
+def test_keys_that_are_not_versions_at_all_are_skipped(test_data: Path) -> None:
+    # domain.md: "skip every key that is not N.N.N" (pseudo-keys like "current-2024" hold a
+    # copy of a release without its version). Keys of digits and dots that are not
+    # MAJOR.MINOR.PATCH are malformed versions instead, and rejected (see the next test).
+    entries = fixture_entries(test_data)
+    expected = versions(parse_flatcar(entries))
+    entries["latest"] = entries["4593.2.5"]
+    entries["current-2030"] = {"anything": "at all"}
+    entries["4593.2.5-rc1"] = []
+
+    assert versions(parse_flatcar(entries)) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(b"{}", "feed test: lists no release", id="empty"),
+        pytest.param(
+            b'{"4593.2.x": {}, "current": {}}',
+            "feed test: key '4593.2.x' is not a version (expected MAJOR.MINOR.PATCH), nor is "
+            "any other: no release",
+            id="only-skipped-keys",
+        ),
+    ],
+)
+def test_a_feed_without_any_release_is_rejected(body: bytes, expected: str) -> None:
+    # Skipping non-version keys must not turn a broken body into a poll of nothing.
+    with pytest.raises(FeedFormatError) as caught:
+        parse_flatcar_feed("test", body)
+
+    assert str(caught.value).startswith(expected)
 
 
 # -- malformed bodies ------------------------------------------------------------------------
@@ -136,10 +209,28 @@ def _delete(path: tuple[str, ...]) -> Any:
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
+        # Malformed versions: only digits and dots, but not MAJOR.MINOR.PATCH. Other
+        # non-version keys ("latest") are skipped, see the test above.
         pytest.param(_set(("4593.2",), {}), "key '4593.2' is not a version", id="short-key"),
-        pytest.param(_set(("latest",), {}), "key 'latest' is not a version", id="word-key"),
+        pytest.param(_set(("4593.2.5.1",), {}), "key '4593.2.5.1' is not a version", id="long-key"),
+        pytest.param(_set(("4593..2",), {}), "key '4593..2' is not a version", id="empty-part"),
+        pytest.param(_set(("04593.2.5",), {}), "key '04593.2.5' is not", id="leading-zero"),
+        pytest.param(_set(("4593",), {}), "key '4593' is not a version", id="digits-key"),
         pytest.param(_set(("4593.2.5",), []), "4593.2.5: expected an object, got list", id="list"),
         pytest.param(_delete(("4593.2.5", "channel")), "4593.2.5: channel:", id="no-channel"),
+        pytest.param(_set(("4593.2.5", "channel"), ""), "4593.2.5: channel:", id="empty-channel"),
+        pytest.param(
+            _set(("4593.2.5", "channel"), "s" * 300), "4593.2.5: channel:", id="long-channel"
+        ),
+        pytest.param(
+            _set(("4593.2.5", "channel"), "stable\u0000"), "4593.2.5: channel:", id="nul-channel"
+        ),
+        pytest.param(
+            _set(("4593.2.5", "channel"), "Stable"), "4593.2.5: channel:", id="upper-channel"
+        ),
+        pytest.param(
+            _set(("4593.2.5", "channel"), "stable\n"), "4593.2.5: channel:", id="newline-channel"
+        ),
         pytest.param(
             _set(("4593.2.5", "architectures"), "amd64"), "4593.2.5: architectures:", id="arch-str"
         ),
@@ -162,6 +253,11 @@ def _delete(path: tuple[str, ...]) -> Any:
             id="bad-kernel",
         ),
         pytest.param(
+            _set(("4593.2.5", "major_software", "kernel"), ["6." + "1" * 100]),
+            "4593.2.5: major_software.kernel:",
+            id="long-kernel",
+        ),
+        pytest.param(
             _set(("4593.2.5", "release_date"), "2026-08-13T15:48:35Z"),
             "4593.2.5: release_date: expected 'YYYY-MM-DD HH:MM:SS +0000'",
             id="iso-date",
@@ -170,6 +266,16 @@ def _delete(path: tuple[str, ...]) -> Any:
             _set(("4593.2.5", "release_date"), "2026-02-30 15:48:35 +0000"),
             "4593.2.5: release_date: not a real date",
             id="impossible-date",
+        ),
+        pytest.param(
+            _set(("4593.2.5", "release_date"), "0001-01-01 00:00:00 +0100"),
+            "4593.2.5: release_date: not a real date in UTC: '0001-01-01 00:00:00 +0100'",
+            id="before-year-1-in-utc",
+        ),
+        pytest.param(
+            _set(("4593.2.5", "release_date"), "9999-12-31 23:30:00 -0100"),
+            "4593.2.5: release_date: not a real date in UTC",
+            id="after-year-9999-in-utc",
         ),
     ],
 )
@@ -184,6 +290,8 @@ def test_malformed_entries_are_rejected_naming_version_and_field(
 
     assert expected in str(caught.value)
     assert str(caught.value).startswith("feed test: ")
+    assert str(caught.value).isprintable()
+    assert len(str(caught.value)) < 200
     assert caught.value.feed == "test"
 
 
@@ -203,6 +311,8 @@ def test_malformed_entries_are_rejected_naming_version_and_field(
             id="cut",
         ),
         pytest.param(b"\xff\xfe\xfa{}", "not UTF-8", id="binary"),
+        pytest.param(b"[" * 200_000, "JSON nested too deeply", id="deep-list"),
+        pytest.param(b'{"a":' * 200_000, "JSON nested too deeply", id="deep-object"),
     ],
 )
 def test_bodies_that_are_not_a_feed_are_rejected_with_one_line(body: bytes, expected: str) -> None:
@@ -221,7 +331,7 @@ def test_a_truncated_fixture_names_where_it_stops(test_data: Path) -> None:
 
 
 def test_a_huge_bad_key_is_trimmed_in_the_message() -> None:
-    body = json.dumps({"x" * 10_000: {}}).encode()
+    body = json.dumps({"1." * 10_000: {}}).encode()
 
     with pytest.raises(FeedFormatError) as caught:
         parse_flatcar_feed("stable", body)
@@ -283,6 +393,22 @@ def test_real_stable_replay_adds_exactly_4593_2_5(shared_data: Path) -> None:
     assert new["4593.2.5"].arches == frozenset({Arch.AMD64, Arch.ARM64})
     changed = [v for v in old if old[v].content_sha256 != new[v].content_sha256]
     assert changed == []
+
+
+@pytest.mark.shared_data
+def test_real_lts_release_digests_alike_in_both_lts_feeds(shared_data: Path) -> None:
+    # Upstream lists 4081.3.1 in releases-lts.json and releases-lts-2024.json with different
+    # release notes; releasebot stores none, so the store must not see an edit either way.
+    raw_all = json.loads((shared_data / "flatcar/releases-lts.json").read_text())
+    raw_2024 = json.loads((shared_data / "flatcar/releases-lts-2024.json").read_text())
+    assert raw_all["4081.3.1"]["release_notes"] != raw_2024["4081.3.1"]["release_notes"]
+
+    in_all = {r.version.text: r for r in load(shared_data / "flatcar/releases-lts.json")}
+    in_2024 = {r.version.text: r for r in load(shared_data / "flatcar/releases-lts-2024.json")}
+
+    assert in_all["4081.3.1"] == in_2024["4081.3.1"]
+    assert in_all["4081.3.1"].content_sha256 == in_2024["4081.3.1"].content_sha256
+    assert all(in_all[v].content_sha256 == in_2024[v].content_sha256 for v in in_2024)
 
 
 @pytest.mark.shared_data

@@ -1,7 +1,8 @@
 """``parse_nvidia_feed``: branches, versions, architecture mapping, dates, digests.
 
 Covers the project's own ``tests/data/nvidia/releases.json``, malformed variants of it (each
-error names the branch, version and field), and NVIDIA's real trimmed sample in
+error names the branch, version and field; strings kept are bounded and free of control
+characters), digests over exactly the stored fields, and NVIDIA's real trimmed sample in
 ``../shared/data/nvidia``.
 """
 
@@ -86,22 +87,44 @@ def test_branch_type_is_matched_case_insensitively(test_data: Path) -> None:
     assert {r.branch_type for r in parse(feed) if r.branch == "570"} == {"production branch"}
 
 
-def test_digest_sees_edited_notes_and_a_changed_branch_type(test_data: Path) -> None:
-    original = {v: r.content_sha256 for v, r in by_version(parse(fixture_feed(test_data))).items()}
+def digests(feed: dict[str, Any]) -> dict[str, str]:
+    return {v: r.content_sha256 for v, r in by_version(parse(feed)).items()}
+
+
+def test_digest_sees_stored_fields_and_a_changed_branch_type(test_data: Path) -> None:
+    original = digests(fixture_feed(test_data))
+
+    feed = fixture_feed(test_data)
+    feed["570"]["type"] = "lts branch"
+    feed["580"]["driver_info"][1]["release_date"] = "2025-10-02"
+    feed["580"]["driver_info"][2]["runfile_url"]["x86_64"] += "?v=2"
+    feed["470"]["driver_info"][0]["architectures"] = ["x86_64"]
+    edited = digests(feed)
+
+    changed = {v for v in original if original[v] != edited[v]}
+    assert changed == {"570.195.03", "570.86.15", "580.95.05", "580.65.06", "470.256.02"}
+
+
+def test_digest_ignores_what_releasebot_does_not_store(test_data: Path) -> None:
+    # releasebot stores neither the release notes URL nor ppc64le: an edit there is no edit
+    # of the release (the Flatcar feeds list one release with different notes, too).
+    original = digests(fixture_feed(test_data))
 
     feed = fixture_feed(test_data)
     feed["580"]["driver_info"][1]["release_notes"] += "?v=2"
-    feed["570"]["type"] = "lts branch"
-    edited = {v: r.content_sha256 for v, r in by_version(parse(feed)).items()}
+    feed["470"]["driver_info"][0]["runfile_url"]["ppc64le"] = "https://example.test/p.run"
+    feed["570"]["type"] = " Production Branch "  # the same type once normalised
 
-    changed = {v for v in original if original[v] != edited[v]}
-    assert changed == {"580.95.05", "570.195.03", "570.86.15"}
+    assert digests(feed) == original
 
 
 def test_identical_duplicates_are_kept_once_and_conflicting_ones_rejected(test_data: Path) -> None:
     feed = fixture_feed(test_data)
     feed["580"]["driver_info"].append(dict(feed["580"]["driver_info"][0]))
     assert len(parse(feed)) == 7
+
+    feed["580"]["driver_info"][-1]["release_notes"] = "https://example.test/other-notes"
+    assert len(parse(feed)) == 7  # differs only in what is not stored: still identical
 
     feed["580"]["driver_info"][-1]["release_date"] = "2026-08-04"
     with pytest.raises(FeedFormatError, match=r"580\.178\.04 is listed twice"):
@@ -132,12 +155,50 @@ def _branch_field(branch: str, field: str, value: object) -> Mutation:
     return mutate
 
 
+def _runfile(branch: str, index: int, arch: str, url: object) -> Mutation:
+    def mutate(feed: dict[str, Any]) -> None:
+        feed[branch]["driver_info"][index]["runfile_url"][arch] = url
+
+    return mutate
+
+
+RUNFILE = "branch 570: 570.195.03: runfile_url.x86_64: expected an http(s) URL"
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
         pytest.param(_branch("r580", {}), "key 'r580' is not a driver branch", id="branch-key"),
         pytest.param(_branch("580", []), "branch 580: expected an object, got list", id="branch"),
         pytest.param(_branch_field("580", "type", None), "branch 580: type:", id="no-type"),
+        pytest.param(_branch_field("580", "type", "  "), "branch 580: type:", id="blank-type"),
+        pytest.param(
+            _branch_field("580", "type", "lts branch" * 30), "branch 580: type:", id="long-type"
+        ),
+        pytest.param(
+            _branch_field("580", "type", "lts\u0000branch"), "branch 580: type:", id="nul-type"
+        ),
+        pytest.param(
+            _branch_field("580", "type", "lts\nbranch"), "branch 580: type:", id="newline-type"
+        ),
+        pytest.param(_runfile("570", 0, "x86_64", "ftp://example.test/a.run"), RUNFILE, id="ftp"),
+        pytest.param(_runfile("570", 0, "x86_64", "/tesla/a.run"), RUNFILE, id="relative"),
+        pytest.param(_runfile("570", 0, "x86_64", "https://"), RUNFILE, id="no-host"),
+        pytest.param(_runfile("570", 0, "x86_64", "https://[::1/a.run"), RUNFILE, id="bad-ipv6"),
+        pytest.param(
+            _runfile("570", 0, "x86_64", "https://example.test/a b.run"), RUNFILE, id="space"
+        ),
+        pytest.param(
+            _runfile("570", 0, "x86_64", "https://example.test/\u0000.run"), RUNFILE, id="nul"
+        ),
+        pytest.param(
+            _runfile("570", 0, "x86_64", "https://example.test/ü.run"), RUNFILE, id="non-ascii"
+        ),
+        pytest.param(
+            _runfile("570", 0, "x86_64", "https://example.test/" + "a" * 2048),
+            RUNFILE,
+            id="long",
+        ),
         pytest.param(
             _branch_field("580", "driver_info", {}), "branch 580: driver_info:", id="info-dict"
         ),
@@ -194,6 +255,8 @@ def test_malformed_releases_are_rejected_naming_branch_version_and_field(
 
     assert expected in str(caught.value)
     assert str(caught.value).startswith("feed nvidia: ")
+    assert str(caught.value).isprintable()
+    assert len(str(caught.value)) < 250
 
 
 @pytest.mark.parametrize(
@@ -205,11 +268,25 @@ def test_malformed_releases_are_rejected_naming_branch_version_and_field(
         pytest.param(
             b'{"580": {"type": "lts branch", "driver_', "truncated or invalid JSON", id="cut"
         ),
+        pytest.param(b'{"580": ' + b"[" * 200_000, "JSON nested too deeply", id="deep"),
     ],
 )
 def test_bodies_that_are_not_a_feed_are_rejected(body: bytes, expected: str) -> None:
     with pytest.raises(FeedFormatError, match=expected):
         parse_nvidia_feed("nvidia", body)
+
+
+def test_urls_of_architectures_never_built_are_not_checked(test_data: Path) -> None:
+    feed = fixture_feed(test_data)
+    feed["470"]["driver_info"][0]["runfile_url"]["ppc64le"] = "not a URL\u0000"
+    long_ok = "https://us.download.nvidia.com/" + "a" * (2048 - 31)
+    assert len(long_ok) == 2048
+    feed["570"]["driver_info"][0]["runfile_url"]["x86_64"] = long_ok
+
+    releases = by_version(parse(feed))
+
+    assert all("ppc64le" not in url for _, url in releases["470.256.02"].runfile_urls)
+    assert dict(releases["570.195.03"].runfile_urls)[Arch.AMD64] == long_ok
 
 
 def test_a_missing_runfile_map_and_date_are_tolerated(test_data: Path) -> None:

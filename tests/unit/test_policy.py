@@ -122,11 +122,11 @@ def test_branch_types_match_case_insensitively_lowered_at_the_edge() -> None:
         driver("580.178.04", "lts branch"),
     ]
     chosen = select_drivers(
-        drivers, DriverPolicy(frozenset(), frozenset({"production branch"}), keep=1)
+        drivers, DriverPolicy(frozenset(), frozenset({"production branch"}), keep=1), BOTH
     )
     assert [d.version.text for d in chosen] == ["595.91.07", "460.106.00"]
     chosen = select_drivers(
-        drivers, DriverPolicy(frozenset({"580"}), frozenset({"production branch"}), keep=2)
+        drivers, DriverPolicy(frozenset({"580"}), frozenset({"production branch"}), keep=2), BOTH
     )
     assert [d.version.text for d in chosen] == [
         "595.91.07",
@@ -134,6 +134,14 @@ def test_branch_types_match_case_insensitively_lowered_at_the_edge() -> None:
         "580.178.04",
         "460.106.00",
     ]
+
+
+def test_drivers_without_a_wanted_arch_do_not_use_up_keep() -> None:
+    drivers = [driver("580.178.04", arches=AMD64), driver("580.173.02", arches=BOTH)]
+    chosen = select_drivers(
+        drivers, DriverPolicy(frozenset({"580"}), frozenset(), keep=1), frozenset({Arch.ARM64})
+    )
+    assert [d.version.text for d in chosen] == ["580.173.02"]
 
 
 def test_missing_channel_data_plans_nothing_for_it() -> None:

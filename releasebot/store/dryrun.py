@@ -1,0 +1,103 @@
+"""``DryRunStore``: the real store read, nothing written, for ``--dry-run``.
+
+Reads go to the real store; what a dry run would write lands in an in-memory overlay
+(``MemoryStateStore``) so the rest of the cycle sees it: a feed body that changed is parsed
+and its releases planned, exactly as a real cycle would, yet the database never changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from releasebot.domain.builds import BuildRecord
+from releasebot.domain.models import (
+    DriverRelease,
+    FeedState,
+    FlatcarRelease,
+    PlannedTarget,
+    TargetRecord,
+    Validators,
+)
+from releasebot.domain.ports import StateStore
+from releasebot.store.memory import MemoryStateStore
+
+
+class DryRunStore:
+    """A ``StateStore`` that reads ``inner`` and never writes to it."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self._inner = inner
+        self._overlay = MemoryStateStore()
+        self._planned: dict[str, TargetRecord] = {}
+
+    def feed_state(self, feed: str) -> FeedState | None:
+        return self._inner.feed_state(feed)
+
+    def feed_states(self) -> list[FeedState]:
+        return self._inner.feed_states()
+
+    def record_flatcar_feed(
+        self,
+        feed: str,
+        url: str,
+        releases: Sequence[FlatcarRelease],
+        validators: Validators,
+        now: datetime,
+    ) -> None:
+        self._overlay.record_flatcar_feed(feed, url, releases, validators, now)
+
+    def record_driver_feed(
+        self,
+        feed: str,
+        url: str,
+        drivers: Sequence[DriverRelease],
+        validators: Validators,
+        now: datetime,
+    ) -> None:
+        self._overlay.record_driver_feed(feed, url, drivers, validators, now)
+
+    def record_feed_unchanged(
+        self, feed: str, url: str, validators: Validators, now: datetime
+    ) -> None:
+        pass
+
+    def record_feed_failure(self, feed: str, url: str, error: str, now: datetime) -> None:
+        pass
+
+    def flatcar_releases(self, feed: str) -> list[FlatcarRelease]:
+        merged = {r.version: r for r in self._inner.flatcar_releases(feed)}
+        merged.update((r.version, r) for r in self._overlay.flatcar_releases(feed))
+        return sorted(merged.values(), key=lambda release: release.version)
+
+    def driver_releases(self, feed: str) -> list[DriverRelease]:
+        merged = {r.version: r for r in self._inner.driver_releases(feed)}
+        merged.update((r.version, r) for r in self._overlay.driver_releases(feed))
+        return sorted(merged.values(), key=lambda driver: driver.version)
+
+    def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
+        result = []
+        for target in planned:
+            record = TargetRecord.from_planned(target, now=now)
+            stored = self._inner.target(record.tag)
+            result.append(record if stored is None else stored.replanned(record, now))
+        self._planned = {record.tag: record for record in result}
+        return result
+
+    def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
+        return self._inner.targets(required_only=required_only)
+
+    def target(self, tag: str) -> TargetRecord | None:
+        return self._inner.target(tag) or self._planned.get(tag)
+
+    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
+        stored = self.target(planned.tag)
+        return stored or TargetRecord.from_planned(planned, now=now)
+
+    def builds(self, *, tag: str | None = None, active_only: bool = False) -> list[BuildRecord]:
+        return self._inner.builds(tag=tag, active_only=active_only)
+
+    def save(
+        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+    ) -> None:
+        pass

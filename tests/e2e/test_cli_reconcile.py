@@ -1,0 +1,190 @@
+"""``releasebot reconcile --once`` and ``releasebot build`` through the CLI, wired from a config
+file to the real registry, the fake Kubernetes API (via a kubeconfig) and HTTP feeds.
+
+Covers: the dry run (manifests printed, nothing created, the database untouched), a real
+cycle and its idempotent repeat, a hand-asked build (adopting nothing twice, refusing a
+busy or published target without --force), and bad arguments as one line with exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from releasebot.cli import main
+from tests.builds import KanikoPlayer
+from tests.feedserver import FeedServer
+from tests.kubeapi import FakeKubeApi
+from tests.registryserver import RunningRegistry
+
+CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
+
+
+@pytest.fixture
+def feeds(test_data: Path) -> Iterator[FeedServer]:
+    with FeedServer() as server:
+        for name, path in [
+            ("/releases-stable.json", test_data / "flatcar/releases-stable.json"),
+            ("/nvidia.json", test_data / "nvidia/releases.json"),
+        ]:
+            server.route(name, FeedServer.static(path.read_bytes(), etag='"1"'))
+        yield server
+
+
+@pytest.fixture
+def config(
+    tmp_path: Path,
+    feeds: FeedServer,
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    kube_api: FakeKubeApi,
+) -> Path:
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    path = tmp_path / "releasebot.toml"
+    path.write_text(
+        f"""
+[database]
+url = "sqlite:///{tmp_path / "state.db"}"
+[flatcar]
+feed_url = "{feeds.url("/releases-{channel}.json")}"
+channels = ["stable"]
+keep = 1
+[nvidia]
+feed_url = "{feeds.url("/nvidia.json")}"
+branches = ["580"]
+[registry]
+repository = "{plain_registry.repository(registry_name)}"
+insecure = true
+[kubernetes]
+namespace = "{kube_api.namespace}"
+kubeconfig = "{kubeconfig}"
+[kaniko]
+context = "{CONTEXT}"
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+TAG = "580.178.04-flatcar4593.2.5"
+
+
+def test_dry_run_prints_manifests_and_changes_nothing(
+    config: Path, tmp_path: Path, kube_api: FakeKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "reconcile", "--once", "--dry-run", "-q", "--config", str(config))
+    assert code == 0, err
+    [manifest] = json.loads(out)
+    assert manifest["kind"] == "Job"
+    assert manifest["metadata"]["annotations"]["releasebot/tag"] == TAG
+    assert kube_api.jobs() == []
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_dry_run_on_an_existing_store_writes_nothing(
+    config: Path, tmp_path: Path, kube_api: FakeKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, "plan", "-q", "--config", str(config))[0] == 0
+    database = tmp_path / "state.db"
+    with sqlite3.connect(database) as db:
+        before = db.execute("select name, last_polled_at from feeds order by name").fetchall()
+    code, out, _ = run(capsys, "reconcile", "--once", "--dry-run", "-q", "--config", str(config))
+    assert code == 0
+    assert len(json.loads(out)) == 1
+    with sqlite3.connect(database) as db:
+        after = db.execute("select name, last_polled_at from feeds order by name").fetchall()
+        builds = db.execute("select count(*) from builds").fetchone()[0]
+    assert after == before
+    assert builds == 0
+    assert kube_api.jobs() == []
+
+
+def test_a_cycle_launches_and_the_next_one_publishes(
+    config: Path,
+    kube_api: FakeKubeApi,
+    plain_registry: RunningRegistry,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert code == 0, err
+    assert out.startswith(f"launched {TAG} [rb-")
+    player = KanikoPlayer(kube_api, plain_registry)
+    [job] = player.job_names()
+    digest = player.build(job)
+    code, out, _ = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert code == 0
+    assert f"published {TAG}: {digest}" in out
+    code, out, _ = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert (code, out) == (0, "")
+    _, out, _ = run(capsys, "plan", "-q", "--config", str(config), "--format", "json")
+    [target] = json.loads(out)
+    assert (target["state"], target["digest"]) == ("published", digest)
+
+
+def test_build_by_hand(
+    config: Path,
+    kube_api: FakeKubeApi,
+    plain_registry: RunningRegistry,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "build", "580.95.05", "4593.2.4", "-q", "--config", str(config))
+    assert code == 0, err
+    assert out.startswith("launched 580.95.05-flatcar4593.2.4 [rb-")
+    code, _, err = run(capsys, "build", "580.95.05", "4593.2.4", "-q", "--config", str(config))
+    assert code == 1
+    assert "is already building" in err
+    player = KanikoPlayer(kube_api, plain_registry)
+    player.build_all()
+    run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    code, _, err = run(capsys, "build", "580.95.05", "4593.2.4", "-q", "--config", str(config))
+    assert code == 1
+    assert "already published; add --force" in err
+    code, out, err = run(
+        capsys, "build", "580.95.05", "4593.2.4", "--force", "-q", "--config", str(config)
+    )
+    assert code == 0, err
+    assert "launched" in out
+    assert len(player.job_names()) == 3  # the forced rebuild is attempt 2, its own Job
+
+
+@pytest.mark.parametrize(
+    ("driver", "flatcar", "message"),
+    [
+        ("580.1; rm -rf /", "4593.2.5", "is not an NVIDIA driver version"),
+        ("580.178.04", "4593.2.5$(reboot)", "is not a Flatcar version"),
+        ("580.178.04", "4593.2.99", "Flatcar 4593.2.99 is not in any configured channel"),
+        ("580.999.01", "4593.2.5", "driver 580.999.01 is not in the NVIDIA feed"),
+    ],
+)
+def test_build_rejects_bad_arguments_in_one_line(
+    config: Path,
+    kube_api: FakeKubeApi,
+    driver: str,
+    flatcar: str,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "build", driver, flatcar, "-q", "--config", str(config))
+    assert code == 2
+    assert out == ""
+    assert message in err
+    assert err.count("\n") == 1
+    assert kube_api.jobs() == []
+
+
+def test_reconcile_without_once_is_a_usage_error(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "reconcile", "--config", str(config))
+    assert code == 2
+    assert "--once" in err
