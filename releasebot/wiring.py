@@ -16,12 +16,10 @@ from importlib.resources import files
 from pathlib import Path
 
 from releasebot.builders.kaniko import InvalidOptionError, KanikoOptions
-from releasebot.builders.kubernetes import KubernetesJobLauncher, make_kube_client
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.domain.errors import ConfigError
 from releasebot.domain.ports import JobLauncher, Registry, StateStore
-from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService
 from releasebot.sources.fetch import HttpFeedFetcher, make_http_client
@@ -134,7 +132,9 @@ def plan_service(
         )
 
 
-def make_registry(settings: Settings) -> OrasRegistry:
+def make_registry(settings: Settings) -> Registry:
+    from releasebot.registry.oras import OrasRegistry  # requests + oras: only when needed
+
     registry = settings.registry
     try:
         return OrasRegistry(
@@ -184,6 +184,9 @@ def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
     options = kaniko_options(settings)
     if dry_run:
         return MemoryJobLauncher(options)
+    # lightkube costs a fifth of a second to import: only commands that launch pay for it
+    from releasebot.builders.kubernetes import KubernetesJobLauncher, make_kube_client
+
     kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
     client = make_kube_client(kubeconfig, settings.kubernetes.namespace)
     return KubernetesJobLauncher(client, options)

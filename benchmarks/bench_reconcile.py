@@ -1,0 +1,198 @@
+"""Benchmark: one reconcile cycle over 1,000 targets of which 990 already exist.
+
+Real parts: a docker-registry on loopback holding the 990 tags, SQLite, HTTP feeds on
+loopback (synthetic: 100 stable releases x 10 drivers of one branch). The Kubernetes API is
+the in-process fake (tests/kubeapi.py); its server threads are not counted in the CPU time,
+which is the cycle thread's own (RUSAGE_THREAD). Peak RSS is the whole process's.
+
+Prints, for a first cycle (empty store: plan 1,000, find 990 in the registry, launch 10)
+and a steady cycle (nothing changed, 10 builds running): wall time, CPU time, registry
+requests, Kubernetes requests, peak RSS. The registry must be asked O(pages) times, not
+once per target: the run fails if a cycle makes more than 20 registry requests.
+
+    uv run python benchmarks/bench_reconcile.py [--short]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from releasebot.builders.kaniko import KanikoOptions  # noqa: E402
+from releasebot.builders.kubernetes import KubernetesJobLauncher  # noqa: E402
+from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
+from releasebot.domain.versions import Arch  # noqa: E402
+from releasebot.registry import OCI_MANIFEST  # noqa: E402
+from releasebot.registry.oras import OrasRegistry  # noqa: E402
+from releasebot.service.plan import FeedSpec, PlanService  # noqa: E402
+from releasebot.service.reconcile import ReconcileOptions, ReconcileService  # noqa: E402
+from releasebot.sources.fetch import HttpFeedFetcher  # noqa: E402
+from releasebot.store import migrate  # noqa: E402
+from releasebot.store.engine import make_engine  # noqa: E402
+from releasebot.store.sql import SqlStateStore  # noqa: E402
+from releasebot.wiring import utc_now  # noqa: E402
+from tests.feedserver import FeedServer  # noqa: E402
+from tests.kubeapi import FakeKubeApi  # noqa: E402
+from tests.registryserver import RunningRegistry, run_registry  # noqa: E402
+
+RELEASES = 100
+DRIVERS = 10
+MISSING = 10
+CONTEXT = "git://git.example.test/recipes.git#refs/heads/main#" + "0" * 40
+MAX_REGISTRY_REQUESTS = 20
+
+
+def flatcar_feed() -> bytes:
+    entries = {
+        f"5000.2.{n}": {
+            "channel": "stable",
+            "architectures": ["amd64"],
+            "release_date": "2026-08-13 15:48:35 +0000",
+            "major_software": {"kernel": [f"6.12.{n}"]},
+            "release_notes": "synthetic",
+        }
+        for n in range(RELEASES)
+    }
+    return json.dumps(entries).encode()
+
+
+def nvidia_feed() -> bytes:
+    info = [
+        {
+            "release_version": f"580.{200 - n}.01",
+            "release_date": "",
+            "release_notes": "https://docs.nvidia.com/x",
+            "architectures": ["x86_64"],
+            "runfile_url": {
+                "x86_64": f"https://us.download.nvidia.com/tesla/580.{200 - n}.01/x.run"
+            },
+        }
+        for n in range(DRIVERS)
+    ]
+    return json.dumps({"580": {"type": "lts branch", "driver_info": info}}).encode()
+
+
+def tags_that_exist() -> list[str]:
+    every = [f"580.{200 - d}.01-flatcar5000.2.{r}" for r in range(RELEASES) for d in range(DRIVERS)]
+    return every[MISSING:]
+
+
+def seed_registry(registry: RunningRegistry, path: str, tags: list[str]) -> None:
+    """Push one real image, then tag it 989 more times (manifest PUTs only)."""
+    registry.push_image(path, tags[0], arch="amd64")
+    with httpx.Client(base_url=registry.base_url, timeout=30) as client:
+        manifest = client.get(f"/v2/{path}/manifests/{tags[0]}", headers={"Accept": OCI_MANIFEST})
+        body = manifest.content
+
+        def put(tag: str) -> None:
+            answer = client.put(
+                f"/v2/{path}/manifests/{tag}", content=body, headers={"Content-Type": OCI_MANIFEST}
+            )
+            answer.raise_for_status()
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(put, tags[1:]))
+
+
+def thread_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--short", action="store_true", help="one steady cycle instead of three")
+    args = parser.parse_args()
+    failures = []
+    with (
+        tempfile.TemporaryDirectory() as temporary,
+        run_registry(Path(temporary) / "registry") as running,
+        FeedServer() as feeds,
+        FakeKubeApi(namespace="builds") as api,
+        httpx.Client(timeout=10) as http,
+    ):
+        path = "bench/driver"
+        seed_registry(running, path, tags_that_exist())
+        feeds.route("/stable.json", FeedServer.static(flatcar_feed(), etag='"f"'))
+        feeds.route("/nvidia.json", FeedServer.static(nvidia_feed(), etag='"n"'))
+        engine = make_engine(f"sqlite:///{temporary}/bench.db")
+        migrate.upgrade(engine)
+        store = SqlStateStore(engine)
+        registry = OrasRegistry(running.repository(path), insecure=True)
+        options = KanikoOptions(
+            namespace="builds",
+            registry_repository=running.repository(path),
+            registry_secret="push",
+            context=CONTEXT,
+        )
+        kube = api.client()
+        launcher = KubernetesJobLauncher(kube, options)
+        planner = PlanService(
+            store=store,
+            fetcher=HttpFeedFetcher(http),
+            flatcar_feeds=[FeedSpec.flatcar("stable", feeds.url("/stable.json"))],
+            nvidia_feed=FeedSpec.nvidia(feeds.url("/nvidia.json")),
+            policy=Policy(
+                FlatcarPolicy(("stable",), frozenset({Arch.AMD64}), keep=RELEASES),
+                DriverPolicy(frozenset({"580"}), frozenset(), keep=DRIVERS),
+            ),
+            clock=utc_now,
+        )
+        service = ReconcileService(
+            planner=planner,
+            store=store,
+            registry=registry,
+            launcher=launcher,
+            clock=utc_now,
+            options=ReconcileOptions(max_concurrent_builds=MISSING),
+        )
+        print(
+            f"targets: {RELEASES * DRIVERS}, "
+            f"already in the registry: {RELEASES * DRIVERS - MISSING}"
+        )
+        print(
+            f"{'cycle':<8} {'wall s':>7} {'cpu s':>7} {'registry req':>13} {'k8s req':>8} "
+            f"{'launched':>9} {'rss MiB':>8}"
+        )
+        for name in ["first"] + ["steady"] * (1 if args.short else 3):
+            registry_before, kube_before = registry.request_count, len(api.requests)
+            wall, cpu = time.perf_counter(), thread_cpu()
+            report = service.cycle()
+            wall, cpu = time.perf_counter() - wall, thread_cpu() - cpu
+            registry_requests = registry.request_count - registry_before
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(
+                f"{name:<8} {wall:7.3f} {cpu:7.3f} {registry_requests:13d} "
+                f"{len(api.requests) - kube_before:8d} {len(report.launched()):9d} {rss:8.1f}"
+            )
+            if registry_requests > MAX_REGISTRY_REQUESTS:
+                failures.append(f"{name} cycle made {registry_requests} registry requests")
+            if report.errors:
+                failures.append(f"{name} cycle errors: {report.errors}")
+        published = sum(1 for t in store.targets() if t.state.value == "published")
+        print(f"published: {published}, building: {len(store.builds(active_only=True))}")
+        if published != RELEASES * DRIVERS - MISSING:
+            failures.append(
+                f"{published} targets published, expected {RELEASES * DRIVERS - MISSING}"
+            )
+        registry.close()
+        kube.close()
+        engine.dispose()
+    for failure in failures:
+        print(f"FAILED: {failure}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
