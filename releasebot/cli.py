@@ -113,6 +113,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     reconcile.set_defaults(handler=_cmd_reconcile)
 
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="the service: reconcile on a schedule, serve probes, metrics and Slack commands",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("auto", "json", "text"),
+        help="log lines as JSON or text (default: run.log_format; auto = JSON unless a TTY)",
+    )
+    run.set_defaults(handler=_cmd_run)
+
     build = commands.add_parser(
         "build", parents=[common], help="launch the build of one target now, by hand"
     )
@@ -215,8 +227,25 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     settings = _load(args)
     with reconcile_service(settings, _on_outcome(args), dry_run=args.dry_run) as service:
-        report = service.cycle()
+        if args.dry_run:
+            report = service.cycle()
+        else:
+            from releasebot.wiring import guarded
+
+            # Overlapping runs (a slow CronJob run, the Deployment's leader) are harmless:
+            # the database guard lets one cycle write at a time; the other skips.
+            with guarded(settings) as held:
+                if not held:
+                    _say(args, "another cycle is running (the database guard is held): skipped")
+                    return EXIT_OK
+                report = service.cycle()
     return _print_report(report, args)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from releasebot.wiring import run_service
+
+    return run_service(_load(args), log_format=args.log_format, quiet=args.quiet)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:

@@ -72,6 +72,8 @@ class RegistrySettings:
     insecure: bool = False
     """Plain HTTP (a registry on a private network without TLS)."""
     ca_file: str = ""
+    ca_configmap: str = ""
+    """ConfigMap (key ``ca.crt``) with the same CA, mounted into the build Jobs."""
     tls_verify: bool = True
     docker_config: str = ""
     """Path to a Docker ``config.json`` (the Secret Kaniko mounts); empty: none."""
@@ -118,6 +120,42 @@ class KanikoSettings:
 
 
 @dataclass(frozen=True)
+class SlackSettings:
+    bot_token: str = field(default="", repr=False)
+    """``xoxb-…``; empty: no notifications. Prefer ``bot_token_file`` or the environment."""
+    bot_token_file: str = ""
+    signing_secret: str = field(default="", repr=False)
+    signing_secret_file: str = ""
+    app_token: str = field(default="", repr=False)
+    """``xapp-…`` for Socket Mode; empty: the HTTP endpoint only."""
+    app_token_file: str = ""
+    channel: str = ""
+    """Channel ID (``C…``) notifications go to."""
+    allowed_users: tuple[str, ...] = ()
+    allowed_channels: tuple[str, ...] = ()
+    base_url: str = "https://slack.com/api/"
+    feed_alert_after_seconds: int = 21600
+    timeout_seconds: float = 10.0
+
+    def secret(self, name: str) -> str:
+        """``bot_token``, ``signing_secret`` or ``app_token``: the value, else its file's."""
+        value = str(getattr(self, name))
+        path = str(getattr(self, f"{name}_file"))
+        if value or not path:
+            return value
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise ConfigError(
+                f"slack.{name}_file", f"cannot read {path}: {error.strerror}"
+            ) from None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.channel and (self.bot_token or self.bot_token_file))
+
+
+@dataclass(frozen=True)
 class BuildSettings:
     max_concurrent_builds: int = 2
     max_attempts: int = 3
@@ -139,6 +177,22 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """``releasebot run``: the scheduler, leader election and the HTTP endpoints."""
+
+    interval_seconds: int = 300
+    jitter_seconds: int = 30
+    listen: str = "0.0.0.0:8080"
+    """``host:port`` of the one HTTP server (probes, metrics, Slack commands)."""
+    lease_name: str = "releasebot-leader"
+    lease_seconds: int = 30
+    identity: str = ""
+    """This replica's name in the Lease; empty: ``$POD_NAME``, else the host name."""
+    leader_election: str = "kubernetes"
+    log_format: str = "auto"
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     flatcar: FlatcarSettings = field(default_factory=FlatcarSettings)
@@ -148,6 +202,8 @@ class Settings:
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     kaniko: KanikoSettings = field(default_factory=KanikoSettings)
     build: BuildSettings = field(default_factory=BuildSettings)
+    slack: SlackSettings = field(default_factory=SlackSettings)
+    run: RunSettings = field(default_factory=RunSettings)
 
     def policy(self) -> Policy:
         return Policy(
@@ -176,6 +232,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "kubernetes": KubernetesSettings,
     "kaniko": KanikoSettings,
     "build": BuildSettings,
+    "slack": SlackSettings,
+    "run": RunSettings,
 }
 
 
@@ -478,6 +536,61 @@ def _range(low: int, high: int) -> Callable[[str, int], int]:
     return check
 
 
+_SLACK_ID_RE = re.compile(r"[A-Z0-9]{2,20}")
+
+
+def _slack_ids(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        if _SLACK_ID_RE.fullmatch(item) is None:
+            raise ConfigError(key, f"{item!r} is not a Slack ID (e.g. U024BE7LH or C024BE91L)")
+    return value
+
+
+def _optional_slack_id(key: str, value: str) -> str:
+    if value:
+        _slack_ids(key, (value,))
+    return value
+
+
+def _api_base_url(key: str, value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not value.endswith("/"):
+        raise ConfigError(key, f"must be an http(s) URL ending in '/', got {redact_url(value)!r}")
+    return value
+
+
+def _token(prefix: str) -> Callable[[str, str], str]:
+    def check(key: str, value: str) -> str:
+        if value and not value.startswith(prefix):
+            raise ConfigError(key, f"must start with {prefix!r} (value not shown)")
+        return value
+
+    return check
+
+
+def _listen(key: str, value: str) -> str:
+    host, _, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or int(port) > 65535 or any(c in host for c in "/ @"):
+        raise ConfigError(key, f"must be HOST:PORT (e.g. 0.0.0.0:8080 or [::]:8080), got {value!r}")
+    return value
+
+
+def _one_of(*choices: str) -> Callable[[str, str], str]:
+    def check(key: str, value: str) -> str:
+        if value not in choices:
+            raise ConfigError(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def _identity(key: str, value: str) -> str:
+    if value and (len(value) > 128 or not value.isascii() or not value.isprintable()):
+        raise ConfigError(key, "must be printable ASCII, at most 128 characters")
+    return value
+
+
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "database.url": _database_url,
     "flatcar.feed_url": _feed_url,
@@ -493,6 +606,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "http.retries": _not_negative,
     "http.user_agent": _user_agent,
     "registry.timeout_seconds": _positive,
+    "registry.ca_configmap": _optional_k8s_name,
     "registry.retries": _not_negative,
     "kubernetes.namespace": _k8s_name,
     "kaniko.executor_image": _image,
@@ -513,6 +627,22 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "build.max_attempts": _range(1, 20),
     "build.retry_base_seconds": _range(1, 86400),
     "build.retry_cap_seconds": _range(1, 7 * 86400),
+    "slack.bot_token": _token("xoxb-"),
+    "slack.app_token": _token("xapp-"),
+    "slack.channel": _optional_slack_id,
+    "slack.allowed_users": _slack_ids,
+    "slack.allowed_channels": _slack_ids,
+    "slack.base_url": _api_base_url,
+    "slack.feed_alert_after_seconds": _range(60, 30 * 86400),
+    "slack.timeout_seconds": _positive,
+    "run.interval_seconds": _range(1, 86400),
+    "run.jitter_seconds": _range(0, 3600),
+    "run.listen": _listen,
+    "run.lease_name": _k8s_name,
+    "run.lease_seconds": _range(2, 600),
+    "run.identity": _identity,
+    "run.leader_election": _one_of("kubernetes", "none"),
+    "run.log_format": _one_of("auto", "json", "text"),
 }
 
 
@@ -532,5 +662,9 @@ def _check_cross_field(settings: Settings) -> None:
         raise ConfigError("kaniko.context", "set a git:// context or kaniko.context_configmap")
     if settings.registry.password and not settings.registry.username:
         raise ConfigError("registry.username", "is needed when registry.password is set")
+    for name in ("bot_token", "signing_secret", "app_token"):
+        _existing_file(f"slack.{name}_file", str(getattr(settings.slack, f"{name}_file")))
     if settings.build.retry_cap_seconds < settings.build.retry_base_seconds:
         raise ConfigError("build.retry_cap_seconds", "must not be less than retry_base_seconds")
+    if settings.run.jitter_seconds * 2 > settings.run.interval_seconds:
+        raise ConfigError("run.jitter_seconds", "must be at most half of run.interval_seconds")

@@ -9,7 +9,7 @@ instead of mocks. It serves from a thread on a random free port::
         url = server.url("/releases-stable.json")
 
 A route is a fixed ``Reply`` or a callable taking the ``RecordedRequest`` and returning one.
-It deliberately does not implement HTTP beyond what the tests need (GET only, HTTP/1.0:
+It deliberately does not implement HTTP beyond what the tests need (GET and HEAD, HTTP/1.0:
 one request per connection).
 """
 
@@ -172,9 +172,15 @@ class FeedServer:
 
 def _handler_for(server: FeedServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            self._reply("HEAD")
+
         def do_GET(self) -> None:
+            self._reply("GET")
+
+        def _reply(self, method: str) -> None:
             request = RecordedRequest(
-                method="GET",
+                method=method,
                 path=self.path,
                 headers={name.lower(): value for name, value in self.headers.items()},
             )
@@ -187,6 +193,8 @@ def _handler_for(server: FeedServer) -> type[BaseHTTPRequestHandler]:
             length = len(reply.body) if reply.content_length is None else reply.content_length
             self.send_header("Content-Length", str(length))
             self.end_headers()
+            if method == "HEAD":
+                return
             if not reply.trickle:
                 self.wfile.write(reply.body)
                 return

@@ -21,6 +21,10 @@ real API server's behaviour, kmock 0.8 differs, and this module fixes it:
   (the garbage collector, at once); without it they are orphaned, as for a real batch/v1
   Job deleted through the API.
 - Faults on demand: the next N requests (or all, until cleared) answer 503, 429, 403...
+- ``coordination.k8s.io/v1`` Leases (kmock ignores PUT) are served here: create (409
+  ``AlreadyExists`` for a second one), get, list, PUT with real optimistic concurrency
+  (a stale ``metadata.resourceVersion`` answers 409 ``Conflict``, as leader election
+  relies on) and delete; ``leases()`` reads them.
 
 The test plays the Job controller, the kubelet and Kaniko with ``succeed``, ``oom_kill``,
 ``evict``, ``exceed_deadline``, ``exit_nonzero``, ``image_pull_error`` and ``delete_job``,
@@ -54,6 +58,7 @@ T = TypeVar("T")
 
 JOBS = kmock.resource("batch", "v1", "jobs")
 PODS = kmock.resource("", "v1", "pods")
+LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
 _KINDS = {JOBS: "Job", PODS: "Pod"}
 DEFAULT_TOKEN = "test-token"  # a fake server's fake bearer token
 FALLBACK_LINES = 80  # the kubelet's FallbackToLogsOnError: at most 80 lines...
@@ -110,6 +115,7 @@ class FakeKubeApi:
         """Unexpected exceptions inside the fake (bugs in it, not in the code under test)."""
         self._faults: list[Fault] = []
         self._logs: dict[tuple[str, str], str] = {}
+        self._leases: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._counter = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -151,6 +157,12 @@ class FakeKubeApi:
         )
         emulator.resources["v1/pods"] = kmock.ResourceInfo(
             kind="Pod", singular="pod", namespaced=True, verbs={"get", "list"}, subresources={"log"}
+        )
+        emulator.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(
+            kind="Lease",
+            singular="lease",
+            namespaced=True,
+            verbs={"create", "get", "list", "update", "delete"},
         )
         async with emulator, kmock.Server(emulator) as server:
             self._emulator = emulator
@@ -270,6 +282,18 @@ class FakeKubeApi:
         job = self._call(lambda emulator: emulator.read_object(JOBS, self.namespace, name))
         assert job is not None, f"no job {name!r}"
         return job
+
+    def leases(self) -> dict[str, dict[str, Any]]:
+        """Every Lease in the fake's namespace, by name."""
+
+        def read(_emulator: _Emulator) -> dict[str, dict[str, Any]]:
+            return {
+                name: json.loads(json.dumps(lease))
+                for (namespace, name), lease in self._leases.items()
+                if namespace == self.namespace
+            }
+
+        return self._call(read)
 
     def pods(self, job_name: str | None = None) -> list[dict[str, Any]]:
         pods = self._call(lambda emulator: emulator.live_objects(PODS, self.namespace))
@@ -553,6 +577,9 @@ class _Emulator(kmock.KubernetesEmulator):
         resource = request.resource
         if resource is None:
             return await super()._handle(request)
+        if resource == LEASES:
+            async with self._lock:
+                return self._lease(request)
         if resource not in _KINDS:
             return _status(404, "NotFound", "the server could not find the requested resource")
         if request.action == kmock.action.LIST:
@@ -669,6 +696,60 @@ class _Emulator(kmock.KubernetesEmulator):
             "items": items,
         }
         return aiohttp.web.Response(body=json.dumps(body).encode(), content_type="application/json")
+
+    def _lease(self, request: kmock.Request) -> aiohttp.web.Response:
+        """Leases as the API server keeps them: whole-object PUT, resourceVersion checked."""
+        leases = self.fake._leases
+        namespace = request.namespace or "default"
+        method = request.method.value if request.method is not None else ""
+        if method == "GET" and request.name is None:
+            items = [lease for (ns, _), lease in leases.items() if ns == namespace]
+            body = {"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1", "items": items}
+            return _json(200, body)
+        if method == "POST" and request.name is None:
+            data = request.data
+            if not isinstance(data, dict) or not data.get("metadata", {}).get("name"):
+                return _status(422, "Invalid", "Lease is invalid: metadata.name: Required value")
+            name = data["metadata"]["name"]
+            if (namespace, name) in leases:
+                return _status(
+                    409, "AlreadyExists", f'leases.coordination.k8s.io "{name}" already exists'
+                )
+            number = self.fake._next()
+            data["metadata"].update(
+                namespace=namespace,
+                uid=_uid(number),
+                resourceVersion=str(number),
+                creationTimestamp=_now(),
+            )
+            leases[(namespace, name)] = data
+            return _json(201, data)
+        name = request.name or ""
+        stored = leases.get((namespace, name))
+        if stored is None:
+            return _not_found(LEASES, name)
+        if method == "GET":
+            return _json(200, stored)
+        if method == "DELETE":
+            del leases[(namespace, name)]
+            return _json(200, stored)
+        if method != "PUT" or not isinstance(request.data, dict):
+            return _status(405, "MethodNotAllowed", "the fake serves Leases by PUT only")
+        data = request.data
+        metadata = data.setdefault("metadata", {})
+        if metadata.get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+            return _status(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on leases.coordination.k8s.io "{name}": the '
+                "object has been modified; please apply your changes to the latest version "
+                "and try again",
+            )
+        for key in ("uid", "creationTimestamp", "namespace", "name"):
+            metadata[key] = stored["metadata"][key]
+        metadata["resourceVersion"] = str(self.fake._next())
+        leases[(namespace, name)] = data
+        return _json(200, data)
 
     def _log(self, request: kmock.Request) -> aiohttp.web.Response:
         assert request.name is not None
@@ -807,6 +888,12 @@ def _status(
         body=json.dumps(body).encode(),
         content_type="application/json",
         headers=headers,
+    )
+
+
+def _json(code: int, body: dict[str, Any]) -> aiohttp.web.Response:
+    return aiohttp.web.Response(
+        status=code, body=json.dumps(body).encode(), content_type="application/json"
     )
 
 

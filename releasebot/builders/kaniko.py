@@ -75,6 +75,7 @@ RESERVED_LABELS = frozenset({APP_LABEL, COMPONENT_LABEL, TARGET_LABEL, ARCH_LABE
 CONTAINER_NAME = "kaniko"
 DOCKER_CONFIG_DIR = "/kaniko/.docker"
 WORKSPACE_DIR = "/workspace"
+REGISTRY_CA_DIR = "/kaniko/registry-ca"
 TERMINATION_LOG = "/dev/termination-log"
 
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
@@ -172,7 +173,12 @@ class KanikoOptions:
     push_retry: int = 3
     """Kaniko's own retries of a failed push (flaky registries), 0-10."""
     insecure_registry: bool = False
-    """Push over plain HTTP or unchecked TLS (``--insecure --skip-tls-verify``): test only."""
+    """Push over plain HTTP (``--insecure``): a registry on a private network without TLS."""
+    skip_tls_verify: bool = False
+    """Push without checking the registry's certificate (``--skip-tls-verify``): test only."""
+    registry_ca_configmap: str | None = None
+    """ConfigMap holding the registry's CA as ``ca.crt`` (a private CA), given to Kaniko as
+    ``--registry-certificate=<host>=…``."""
     user_namespace: bool = False
     """``hostUsers: false``: UID 0 in the build maps to an unprivileged node UID. Needs
     Kubernetes >= 1.33 nodes with idmapped mounts; off because other nodes fail the Pod."""
@@ -182,6 +188,8 @@ class KanikoOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_labels", MappingProxyType(dict(self.extra_labels)))
         _check(_DNS_LABEL_RE, self.namespace, "namespace", "a DNS-1123 label", limit=63)
+        if self.registry_ca_configmap is not None:
+            _check(_DNS_SUBDOMAIN_RE, self.registry_ca_configmap, "registry_ca_configmap", "a name")
         if _REPOSITORY_RE.fullmatch(self.registry_repository) is None:
             raise InvalidOptionError(
                 "registry_repository",
@@ -340,6 +348,19 @@ def render_job(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
             },
         }
     ]
+    if options.registry_ca_configmap is not None:
+        container["volumeMounts"].append(
+            {"name": "registry-ca", "mountPath": REGISTRY_CA_DIR, "readOnly": True}
+        )
+        volumes.append(
+            {
+                "name": "registry-ca",
+                "configMap": {
+                    "name": options.registry_ca_configmap,
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                },
+            }
+        )
     if options.context_configmap is not None:
         container["volumeMounts"].append(
             {"name": "context", "mountPath": WORKSPACE_DIR, "readOnly": True}
@@ -391,7 +412,12 @@ def _kaniko_args(request: BuildRequest, options: KanikoOptions, destination: str
         "--compressed-caching=false",  # compressing layers in memory is what OOM-kills builds
     ]
     if options.insecure_registry:
-        args += ["--insecure", "--skip-tls-verify"]
+        args.append("--insecure")
+    if options.skip_tls_verify:
+        args.append("--skip-tls-verify")
+    if options.registry_ca_configmap is not None:
+        host = options.registry_repository.split("/", 1)[0]
+        args.append(f"--registry-certificate={host}={REGISTRY_CA_DIR}/ca.crt")
     return args
 
 

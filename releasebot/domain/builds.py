@@ -92,7 +92,14 @@ def job_name(tag: str, arch: Arch, attempt: int) -> str:
     return f"rb-{slug[:room].rstrip('-')}{suffix}"
 
 
-def build_request(target: BuildTarget, arch: Arch, attempt: int) -> BuildRequest:
+def build_request(
+    target: BuildTarget,
+    arch: Arch,
+    attempt: int,
+    extra_args: tuple[tuple[str, str], ...] = (),
+) -> BuildRequest:
+    """The request for one run. ``extra_args`` are what the recipe needs beyond the
+    contract (compiler major, mirrors, key fingerprint, recipe revision)."""
     destination = arch_tag(target.tag, arch) if target.multi_arch else target.tag
     args = (
         ("DRIVER_VERSION", target.driver_version),
@@ -101,6 +108,7 @@ def build_request(target: BuildTarget, arch: Arch, attempt: int) -> BuildRequest
         ("FLATCAR_CHANNEL", target.flatcar_channel),
         ("KERNEL_VERSION", target.kernel_release),
         ("TARGETARCH", arch.value),
+        *((name, value) for name, value in extra_args if name not in BUILD_ARG_NAMES),
     )
     labels = (
         (DRIVER_LABEL, target.driver_version),
@@ -149,6 +157,8 @@ class FailureReason(enum.StrEnum):
     """The API server refused the Job (invalid spec, quota, permissions)."""
     EXIT_CODE = "NonZeroExit"
     """The build itself failed: the recipe or its inputs need a human."""
+    PUSH_FAILED = "PushFailed"
+    """Kaniko built the image but could not push it (its log says so): often a blip."""
 
     @property
     def transient(self) -> bool:
@@ -162,7 +172,11 @@ _TRANSIENT = frozenset(
         FailureReason.DEADLINE_EXCEEDED,
         FailureReason.JOB_DELETED,
         FailureReason.PUSH_UNVERIFIED,
+        FailureReason.PUSH_FAILED,
         FailureReason.BAD_TERMINATION_MESSAGE,
+        # A pull error may be a registry blip; a wrong image fails every attempt and ends
+        # as "retries exhausted" with this reason, which names the fix.
+        FailureReason.IMAGE_PULL,
     }
 )
 
@@ -220,3 +234,14 @@ def retry_delay(attempt: int, *, base: timedelta, cap: timedelta) -> timedelta:
     """Capped exponential backoff before attempt ``attempt + 1`` (attempt counts from 1)."""
     factor: int = 2 ** max(0, attempt - 1)
     return min(cap, base * factor)
+
+
+_PUSH_ERROR_MARKERS = ("error pushing image", "failed to push", "push retry")
+
+
+def classify_exit(log_tail: str | None) -> FailureReason:
+    """A non-zero Kaniko exit: a failed push (transient) or a failed build (needs a human)."""
+    text = (log_tail or "").lower()
+    if any(marker in text for marker in _PUSH_ERROR_MARKERS):
+        return FailureReason.PUSH_FAILED
+    return FailureReason.EXIT_CODE

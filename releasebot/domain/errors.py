@@ -7,7 +7,9 @@ Every error says what the caller does next by its branch::
     │   ├── FeedUnavailableError     feed unreachable, timed out, 5xx, 429
     │   ├── StoreUnavailableError    the database cannot be reached right now
     │   ├── RegistryUnavailableError registry unreachable, timed out, 5xx, 429
-    │   └── ClusterUnavailableError  Kubernetes API unreachable, timed out, 5xx, 429
+    │   ├── ClusterUnavailableError  Kubernetes API unreachable, timed out, 5xx, 429
+    │   └── ChatUnavailableError     Slack unreachable, 5xx, 429
+
     └── PermanentError          record it and tell a human; retrying will not help
         ├── ConfigError              a setting is missing or invalid (names the key)
         ├── FeedRejectedError        the feed answered 4xx: wrong URL or no access
@@ -18,6 +20,7 @@ Every error says what the caller does next by its branch::
         ├── RegistryAuthError        401/403 from the registry: credentials or rights
         ├── RegistryError            any other refusal by the registry (bad manifest…)
         ├── ClusterRejectedError     the API server refused a request (403, 422…)
+        ├── ChatRejectedError        Slack answered ok: false (token, scope, channel…)
         └── UnknownTargetError       a hand-asked build names no known release
 
 ``FeedError`` is a mixin carrying the feed's name for the feed errors on both branches.
@@ -114,3 +117,29 @@ class ClusterRejectedError(PermanentError):
 
 class UnknownTargetError(PermanentError):
     """``releasebot build`` named a driver or Flatcar version the store has never seen."""
+
+
+class ChatUnavailableError(TemporaryError):
+    """Slack could not take the call now (network, timeout, 5xx, 429, ``ratelimited``).
+
+    ``retry_after`` is Slack's own ``Retry-After`` when it gave one, else zero: the
+    caller's backoff decides.
+    """
+
+    def __init__(self, message: str, *, retry_after: timedelta = timedelta(0)) -> None:
+        super().__init__(message, retry_after=retry_after)
+
+
+class ChatRejectedError(PermanentError):
+    """Slack refused the call (``ok: false``); ``code`` is Slack's error code.
+
+    ``affects_all`` says whether every call would fail alike (token, scopes, channel).
+    """
+
+    def __init__(
+        self, method: str, code: str, *, hint: str | None = None, affects_all: bool = False
+    ) -> None:
+        super().__init__(f"slack {method}: {code}" + (f" ({hint})" if hint else ""))
+        self.method = method
+        self.code = code
+        self.affects_all = affects_all

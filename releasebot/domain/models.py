@@ -78,12 +78,17 @@ class TargetState(enum.StrEnum):
     """Planned, not yet checked against the registry."""
     MISSING = "missing"
     """The registry lacks the tag and no build is running: the next cycle launches one."""
+    WAITING = "waiting"
+    """Missing, but its inputs (Flatcar artefacts, NVIDIA runfile) are not published yet;
+    checked again at ``next_attempt_at``."""
     BUILDING = "building"
     """At least one build Job for the target is in flight."""
     RETRYING = "retrying"
     """A transient failure; the next attempt waits until ``next_attempt_at``."""
     PUBLISHED = "published"
     """The tag exists in the registry (``digest`` when releasebot verified or read it)."""
+    STALE = "stale"
+    """Published, but for other arches than the plan now wants: built again."""
     FAILED = "failed"
     """A permanent failure or retries exhausted: waits for a human (``build --force``)."""
 
@@ -147,8 +152,12 @@ class TargetRecord:
         """This record with the plan fields of ``planned``; state and history are kept."""
         if self.same_plan(planned):
             return self
+        state = self.state
+        if state is TargetState.PUBLISHED and planned.arches != self.arches:
+            state = TargetState.STALE  # the tag holds the old arches: build it again
         return replace(
             self,
+            state=state,
             driver_version=planned.driver_version,
             driver_branch=planned.driver_branch,
             flatcar_version=planned.flatcar_version,

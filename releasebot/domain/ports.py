@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from releasebot.domain.builds import BuildRecord, BuildRequest, JobStatus
+from releasebot.domain.builds import BuildRecord, BuildRequest, BuildTarget, JobStatus
+from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -21,6 +22,7 @@ from releasebot.domain.models import (
     TargetRecord,
     Validators,
 )
+from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
 
 
@@ -121,14 +123,51 @@ class StateStore(Protocol):
         """Build rows, oldest first; only those of ``tag`` and/or only launching/running."""
 
     def save(
-        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+        self,
+        *,
+        targets: Sequence[TargetRecord] = (),
+        builds: Sequence[BuildRecord] = (),
+        events: Sequence[Event] = (),
     ) -> None:
-        """Write targets' build status and build rows in ONE transaction.
+        """Write targets' build status, build rows and outbox events in ONE transaction.
 
         For targets only the status fields change (state, digest, attempts,
         next_attempt_at, last_error, published_at, updated_at); the plan fields belong to
-        ``sync_targets``. Builds are upserted by (tag, arch, attempt).
+        ``sync_targets``. Builds are upserted by (tag, arch, attempt). Events are appended
+        to the outbox, to be delivered later.
         """
+
+    # -- the outbox (notifications) -------------------------------------------------------
+
+    def pending_events(self, now: datetime, limit: int = 50) -> list[StoredEvent]:
+        """Undelivered events whose next attempt is due, oldest first (by id)."""
+
+    def outbox_events(self, message_key: str) -> list[StoredEvent]:
+        """Every event of ``message_key``, delivered or not, oldest first (by id): what a
+        message edited in place must show."""
+
+    def outbox_backlog(self) -> int:
+        """How many events wait for delivery."""
+
+    def mark_delivered(self, event_id: int, now: datetime, ref: MessageRef | None = None) -> None:
+        """The event reached the chat; ``ref`` (if given) is stored for its key, atomically."""
+
+    def mark_undelivered(
+        self, event_id: int, error: str, next_attempt_at: datetime, now: datetime
+    ) -> None:
+        """Delivery failed: count the attempt, keep the error, try again later."""
+
+    def message_ref(self, message_key: str) -> MessageRef | None: ...
+
+    # -- flags (pause) and alert bookkeeping --------------------------------------------
+
+    def flag(self, name: str) -> str | None: ...
+
+    def set_flag(
+        self, name: str, value: str | None, now: datetime, events: Sequence[Event] = ()
+    ) -> None:
+        """Set (or with ``None`` clear) a named flag, e.g. ``paused``; ``events`` are
+        appended to the outbox in the same transaction."""
 
 
 class Registry(Protocol):
@@ -181,3 +220,13 @@ class JobLauncher(Protocol):
 
     def close(self) -> None:
         """Release connections; the adapter is not used afterwards."""
+
+
+class ArtifactSource(Protocol):
+    """Tells whether a build's inputs are published (Flatcar artefacts, NVIDIA runfile).
+
+    A missing input is an answer (``Readiness.missing``), not an error; an upstream that
+    cannot be reached raises a ``TemporaryError``.
+    """
+
+    def readiness(self, target: BuildTarget, arch: Arch) -> Readiness: ...

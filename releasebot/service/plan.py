@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from releasebot.domain.errors import ReleasebotError, UnknownTargetError
-from releasebot.domain.models import DriverRelease, FlatcarRelease, PlannedTarget, TargetRecord
+from releasebot.domain.events import Event, EventKind, feed_key
+from releasebot.domain.models import (
+    DriverRelease,
+    FeedState,
+    FlatcarRelease,
+    PlannedTarget,
+    TargetRecord,
+)
 from releasebot.domain.policy import Policy, plan_targets, select_drivers
 from releasebot.domain.ports import FeedFetcher, FetchedBody, StateStore
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
@@ -26,6 +33,13 @@ from releasebot.sources.flatcar import parse_flatcar_feed
 from releasebot.sources.nvidia import parse_nvidia_feed
 
 NVIDIA_FEED = "nvidia"
+FAILING_FLAG = "feed-failing:"
+ALERTED_FLAG = "feed-alerted:"
+
+
+def _alert_key(feed: str, since: str) -> str:
+    """One chat message per outage: the feed's key plus when the failures began."""
+    return f"{feed_key(feed)}@{since}"
 
 
 def flatcar_feed_name(channel: str) -> str:
@@ -96,6 +110,7 @@ class PlanService:
         policy: Policy,
         clock: Callable[[], datetime],
         on_outcome: Callable[[FeedOutcome], None] = lambda outcome: None,
+        feed_alert_after: timedelta | None = None,
     ) -> None:
         self._store = store
         self._fetcher = fetcher
@@ -105,6 +120,7 @@ class PlanService:
         self._policy = policy
         self._clock = clock
         self._on_outcome = on_outcome
+        self._feed_alert_after = feed_alert_after
 
     @property
     def store(self) -> StateStore:
@@ -130,11 +146,58 @@ class PlanService:
         except ReleasebotError as error:
             if getattr(error, "feed", None) != spec.name:
                 raise  # the store failed, not the feed: the caller decides
-            self._store.record_feed_failure(spec.name, spec.url, str(error), self._clock())
+            now = self._clock()
+            self._store.record_feed_failure(spec.name, spec.url, str(error), now)
+            self._alert_if_failing_too_long(spec.name, str(error), state, now)
             outcome = FeedOutcome(spec.name, PollStatus.FAILED, requests=requests, error=error)
+        else:
+            self._clear_alert(spec.name, now)
         outcome = replace(outcome, elapsed=timedelta(seconds=time.monotonic() - started))
         self._on_outcome(outcome)
         return outcome
+
+    def _alert_if_failing_too_long(
+        self, feed: str, error: str, state: FeedState | None, now: datetime
+    ) -> None:
+        """Tell a human once when ``feed`` has failed for ``feed_alert_after``.
+
+        The flag ``feed-failing:<feed>`` remembers when the failures began; the alert and
+        its flag ``feed-alerted:<feed>`` are written in one transaction, so a crash neither
+        loses nor repeats it.
+        """
+        if self._feed_alert_after is None:
+            return
+        since_text = self._store.flag(f"{FAILING_FLAG}{feed}")
+        if since_text is None:
+            since_text = now.isoformat()
+            self._store.set_flag(f"{FAILING_FLAG}{feed}", since_text, now)
+        since = datetime.fromisoformat(since_text)
+        if now - since < self._feed_alert_after or self._store.flag(f"{ALERTED_FLAG}{feed}"):
+            return
+        payload: dict[str, str | int | list[str] | None] = {
+            "feed": feed,
+            "error": error,
+            "failing_since": since_text,
+            "consecutive_failures": (state.consecutive_failures if state else 0) + 1,
+        }
+        event = Event(EventKind.FEED_FAILING, _alert_key(feed, since_text), feed, now, payload)
+        self._store.set_flag(f"{ALERTED_FLAG}{feed}", since_text, now, events=[event])
+
+    def _clear_alert(self, feed: str, now: datetime) -> None:
+        """The feed answered: forget its failure streak; tell if a human was alerted."""
+        if self._feed_alert_after is None:
+            return
+        if self._store.flag(f"{FAILING_FLAG}{feed}") is not None:
+            self._store.set_flag(f"{FAILING_FLAG}{feed}", None, now)
+        since_text = self._store.flag(f"{ALERTED_FLAG}{feed}")
+        if since_text is not None:
+            payload: dict[str, str | int | list[str] | None] = {
+                "feed": feed,
+                "failing_since": since_text,
+            }
+            key = _alert_key(feed, since_text)
+            event = Event(EventKind.FEED_RECOVERED, key, feed, now, payload)
+            self._store.set_flag(f"{ALERTED_FLAG}{feed}", None, now, events=[event])
 
     def _record_body(self, spec: FeedSpec, result: FetchedBody, now: datetime) -> int:
         if spec.kind is FeedKind.FLATCAR:

@@ -31,6 +31,7 @@ from releasebot.domain.builds import (
     JobPhase,
     arch_tag,
     build_request,
+    classify_exit,
     parse_digest,
     retry_delay,
 )
@@ -38,15 +39,18 @@ from releasebot.domain.errors import (
     ClusterRejectedError,
     ClusterUnavailableError,
     PermanentError,
-    RegistryUnavailableError,
     ReleasebotError,
+    TemporaryError,
 )
+from releasebot.domain.events import Event, EventKind, build_key
 from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.ports import JobLauncher, Registry, StateStore
+from releasebot.domain.ports import ArtifactSource, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch
 from releasebot.service.plan import PlanResult, PlanService
 
 log = logging.getLogger("releasebot.reconcile")
+
+PAUSED_FLAG = "paused"
 
 
 class TargetBusyError(PermanentError):
@@ -61,6 +65,12 @@ class ReconcileOptions:
     """Attempts per target before a transient failure becomes permanent."""
     retry_base: timedelta = timedelta(minutes=5)
     retry_cap: timedelta = timedelta(hours=6)
+    waiting_recheck: timedelta = timedelta(minutes=30)
+    """How soon a target waiting for its inputs is checked again."""
+    runfile_grace: timedelta = timedelta(days=3)
+    """A runfile still missing this long after the target was planned is gone for good."""
+    recipe_args: tuple[tuple[str, str], ...] = ()
+    """Build args every build gets (mirrors, key fingerprint, recipe revision)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,7 @@ class ReconcileService:
         clock: Callable[[], datetime],
         options: ReconcileOptions = ReconcileOptions(),
         dry_run: bool = False,
+        artifacts: ArtifactSource | None = None,
     ) -> None:
         self._planner = planner
         self._store = store
@@ -120,7 +131,9 @@ class ReconcileService:
         self._clock = clock
         self._options = options
         self._dry_run = dry_run
+        self._artifacts = artifacts
         self._tags: set[str] = set()
+        self._ready_args: dict[tuple[str, Arch], tuple[tuple[str, str], ...]] = {}
 
     # -- the cycle -----------------------------------------------------------------------
 
@@ -131,9 +144,16 @@ class ReconcileService:
         if not self._dry_run:
             self.follow(report)
         checked = self._check(plan.targets, report, read_digests=False)
-        if checked is not None:
+        if checked is not None and self.paused:
+            self._decide(report, "paused", "-", "launching is paused (/releasebot resume)")
+        elif checked is not None:
             self._launch_missing(checked, report)
         return report
+
+    @property
+    def paused(self) -> bool:
+        """Whether a person paused launching (``/releasebot pause``); builds still finish."""
+        return self._store.flag(PAUSED_FLAG) is not None
 
     def plan(self, *, digest_reads: int = 50) -> CycleReport:
         """Poll, plan and check the registry; launch nothing (``releasebot plan``).
@@ -197,10 +217,15 @@ class ReconcileService:
         checked = []
         for record in targets:
             present = record.tag in tags
-            if present and record.state not in (TargetState.PUBLISHED, TargetState.BUILDING):
+            settled = (TargetState.PUBLISHED, TargetState.BUILDING, TargetState.STALE)
+            if present and record.state not in settled:
                 record = _published(record, record.digest, now)
                 self._decide(report, "published", record.tag, "found in the registry")
-            elif not present and record.state in (TargetState.UNKNOWN, TargetState.PUBLISHED):
+            elif not present and record.state in (
+                TargetState.UNKNOWN,
+                TargetState.PUBLISHED,
+                TargetState.STALE,
+            ):
                 if record.state is TargetState.PUBLISHED:
                     self._decide(report, "missing", record.tag, "tag vanished from the registry")
                 record = replace(record, state=TargetState.MISSING, updated_at=now)
@@ -211,16 +236,18 @@ class ReconcileService:
         now = self._clock()
         running = len(self._store.builds(active_only=True))
         for record in targets:
-            due = record.state is TargetState.MISSING or (
-                record.state is TargetState.RETRYING
+            due = record.state in (TargetState.MISSING, TargetState.STALE) or (
+                record.state in (TargetState.RETRYING, TargetState.WAITING)
                 and (record.next_attempt_at is None or record.next_attempt_at <= now)
             )
-            if not due:
+            if not due or not self._inputs_ready(record, report):
                 continue
             needed = len(record.arches)
+            # A target needing more Jobs than the limit still starts when nothing runs.
             if running and running + needed > self._options.max_concurrent_builds:
+                # Strict plan order: later (smaller) targets must not starve this one.
                 self._decide(report, "deferred", record.tag, "max_concurrent_builds reached")
-                continue
+                break
             running += self.launch(record, self._tags, report)
 
     # -- by hand -------------------------------------------------------------------------
@@ -237,11 +264,16 @@ class ReconcileService:
         report.plan = self._planner.plan()
         planned = self._planner.find_target(driver, flatcar, arches)
         record = self._store.ensure_target(planned, self._clock())
-        if record.state is TargetState.BUILDING:
-            jobs = ", ".join(
-                b.job_name for b in self._store.builds(tag=record.tag, active_only=True)
+        if arches is not None and frozenset(record.arches) != planned.arches:
+            known = ", ".join(record.arches)
+            raise TargetBusyError(
+                f"{record.tag} is built for {known}: one tag holds one set of arches, so "
+                "--arch cannot change it (leave --arch out)"
             )
-            raise TargetBusyError(f"{record.tag} is already building ({jobs or 'settling'})")
+        active = self._store.builds(tag=record.tag, active_only=True)
+        if active:
+            jobs = ", ".join(build.job_name for build in active)
+            raise TargetBusyError(f"{record.tag} is already building ({jobs})")
         tags = self._registry.tags()
         if record.tag in tags and not force:
             raise TargetBusyError(
@@ -257,8 +289,65 @@ class ReconcileService:
         return report
 
     def _requests(self, record: TargetRecord) -> list[BuildRequest]:
-        target = build_target(record)
-        return [build_request(target, arch, record.attempts + 1) for arch in record.arches]
+        return [self._request(record, arch, record.attempts + 1) for arch in record.arches]
+
+    def _request(self, record: TargetRecord, arch: Arch, attempt: int) -> BuildRequest:
+        extra = self._options.recipe_args + self._ready_args.get((record.tag, arch), ())
+        return build_request(build_target(record), arch, attempt, extra)
+
+    def _args_known(self, record: TargetRecord, arch: Arch, report: CycleReport) -> bool:
+        """Re-learn the input-derived build args of a build whose Job may not exist yet."""
+        if self._artifacts is None or (record.tag, arch) in self._ready_args:
+            return True
+        try:
+            answer = self._artifacts.readiness(build_target(record), arch)
+        except ReleasebotError as error:
+            report.errors.append(str(error))
+            return False
+        self._ready_args[(record.tag, arch)] = answer.build_args
+        return answer.ready
+
+    def _inputs_ready(self, record: TargetRecord, report: CycleReport) -> bool:
+        """Whether every arch's inputs are published; else the target waits (or fails).
+
+        Records ``waiting`` with the next check time; a runfile missing for longer than
+        ``runfile_grace`` since the target was planned is a permanent failure.
+        """
+        if self._artifacts is None:
+            return True
+        now = self._clock()
+        missing: list[str] = []
+        runfile_gone = False
+        try:
+            for arch in record.arches:
+                answer = self._artifacts.readiness(build_target(record), arch)
+                missing.extend(answer.missing)
+                runfile_gone = runfile_gone or answer.runfile_missing
+                self._ready_args[(record.tag, arch)] = answer.build_args
+        except ReleasebotError as error:
+            report.errors.append(str(error))
+            return False
+        if not missing:
+            return True
+        if runfile_gone and now - record.first_planned_at >= self._options.runfile_grace:
+            why = f"NVIDIA runfile still missing after {self._options.runfile_grace}: {missing[-1]}"
+            updated = replace(record, state=TargetState.FAILED, last_error=why, updated_at=now)
+            event = self._event(EventKind.BUILD_FAILED, updated, now, [], error=why)
+            self._store.save(targets=[updated], events=[event])
+            self._decide(report, "failed", record.tag, why)
+            return False
+        detail = f"waiting for {len(missing)} input(s), first: {missing[0]}"
+        updated = replace(
+            record,
+            state=TargetState.WAITING,
+            next_attempt_at=now + self._options.waiting_recheck,
+            last_error=detail,
+            updated_at=now,
+        )
+        self._store.save(targets=[updated])
+        if record.state is not TargetState.WAITING:
+            self._decide(report, "waiting", record.tag, detail)
+        return False
 
     # -- launching ---------------------------------------------------------------------
 
@@ -303,7 +392,8 @@ class ReconcileService:
             updated_at=now,
         )
         # Committed BEFORE any Job exists: a crash from here on is repaired by `follow`.
-        self._store.save(targets=[building], builds=builds)
+        announce = self._event(EventKind.BUILD_STARTED, building, now, builds)
+        self._store.save(targets=[building], builds=builds, events=[announce])
         started = 0
         for build, request in zip(builds, requests, strict=True):
             if build.state is BuildState.LAUNCHING:
@@ -318,7 +408,11 @@ class ReconcileService:
     def _reusable_digest(self, target: BuildTarget, arch: Arch, tags: set[str]) -> str | None:
         if not target.multi_arch or arch_tag(target.tag, arch) not in tags:
             return None
-        return self._registry.digest(arch_tag(target.tag, arch))
+        try:
+            return self._registry.digest(arch_tag(target.tag, arch))
+        except ReleasebotError as error:  # cannot tell: build it again rather than guess
+            log.warning("cannot reuse %s: %s", arch_tag(target.tag, arch), error)
+            return None
 
     def _create_job(self, build: BuildRecord, request: BuildRequest, report: CycleReport) -> None:
         try:
@@ -354,7 +448,9 @@ class ReconcileService:
             if record is None:  # cannot happen with the foreign key; be safe
                 continue
             if build.state is BuildState.LAUNCHING:
-                request = build_request(build_target(record), build.arch, build.attempt)
+                if not self._args_known(record, build.arch, report):
+                    continue  # the row stays `launching`: tried again next cycle
+                request = self._request(record, build.arch, build.attempt)
                 self._create_job(build, request, report)
             else:
                 self._observe(build, report)
@@ -365,7 +461,7 @@ class ReconcileService:
     def _observe(self, build: BuildRecord, report: CycleReport) -> None:
         try:
             status = self._launcher.status(build.job_name)
-        except ClusterUnavailableError as error:
+        except ReleasebotError as error:  # down or forbidden: ask again next cycle
             report.errors.append(str(error))
             return
         now = self._clock()
@@ -380,7 +476,9 @@ class ReconcileService:
             )
         elif status.phase is JobPhase.FAILED:
             reason = status.reason or FailureReason.EXIT_CODE
-            if reason is FailureReason.IMAGE_PULL:
+            if reason is FailureReason.EXIT_CODE:
+                reason = classify_exit(status.log_tail)
+            if reason is FailureReason.IMAGE_PULL:  # the Pod would wait forever
                 self._delete_quietly(build.job_name, report)
             done = _finished(
                 build, now, reason=reason, message=status.message, log_tail=status.log_tail
@@ -411,7 +509,7 @@ class ReconcileService:
             )
         try:
             actual = self._registry.digest(build.destination_tag)
-        except RegistryUnavailableError as error:
+        except ReleasebotError as error:  # down or refusing us: verify next cycle
             report.errors.append(str(error))
             return None
         if actual != digest:
@@ -432,7 +530,7 @@ class ReconcileService:
         if failed:
             summary = "; ".join(f"{b.arch.value}: {_describe(b)}" for b in failed)
             transient = all(b.reason is not None and b.reason.transient for b in failed)
-            if transient and record.attempts < self._options.max_attempts:
+            if transient and self._failed_streak(record) < self._options.max_attempts:
                 delay = retry_delay(
                     record.attempts, base=self._options.retry_base, cap=self._options.retry_cap
                 )
@@ -444,6 +542,7 @@ class ReconcileService:
                     updated_at=now,
                 )
                 self._decide(report, "retrying", record.tag, f"in {delay}: {summary}")
+                kind = EventKind.BUILD_RETRYING
             else:
                 why = "retries exhausted: " if transient else ""
                 updated = replace(
@@ -454,7 +553,9 @@ class ReconcileService:
                     updated_at=now,
                 )
                 self._decide(report, "failed", record.tag, why + summary)
-            self._store.save(targets=[updated])
+                kind = EventKind.RETRIES_EXHAUSTED if transient else EventKind.BUILD_FAILED
+            event = self._event(kind, updated, now, builds, error=summary)
+            self._store.save(targets=[updated], events=[event])
             return
         digests = [(b.arch, b.digest) for b in builds if b.digest is not None]
         try:
@@ -462,12 +563,70 @@ class ReconcileService:
                 digest = self._registry.push_index(record.tag, digests)
             else:
                 digest = digests[0][1]
-        except ReleasebotError as error:
+        except TemporaryError as error:
             report.errors.append(str(error))
             self._decide(report, "index postponed", record.tag, str(error))
             return
-        self._store.save(targets=[_published(record, digest, now)])
+        except ReleasebotError as error:  # e.g. a per-arch manifest gone: needs a human
+            why = f"cannot publish the index: {error}"
+            failed_record = replace(
+                record, state=TargetState.FAILED, last_error=why, updated_at=now
+            )
+            event = self._event(EventKind.BUILD_FAILED, failed_record, now, builds, error=why)
+            self._store.save(targets=[failed_record], events=[event])
+            self._decide(report, "failed", record.tag, why)
+            return
+        published = _published(record, digest, now)
+        event = self._event(EventKind.TAG_PUBLISHED, published, now, builds)
+        self._store.save(targets=[published], events=[event])
         self._decide(report, "published", record.tag, digest)
+
+    def _event(
+        self,
+        kind: EventKind,
+        record: TargetRecord,
+        now: datetime,
+        builds: Sequence[BuildRecord],
+        *,
+        error: str | None = None,
+    ) -> Event:
+        """An event about ``record``'s current attempt, with what a message needs to show."""
+        failed = [b for b in builds if b.state is BuildState.FAILED]
+        payload: dict[str, str | int | list[str] | None] = {
+            "tag": record.tag,
+            "attempt": record.attempts,
+            "max_attempts": self._options.max_attempts,
+            "driver_version": record.driver_version,
+            "flatcar_version": record.flatcar_version,
+            "flatcar_channel": record.flatcar_channel,
+            "kernel_release": record.kernel_release,
+            "arches": [arch.value for arch in record.arches],
+            "jobs": [b.job_name for b in builds],
+            "digest": record.digest,
+            "arch_digests": [
+                f"{b.arch.value} {b.digest}" for b in builds if b.digest and len(builds) > 1
+            ],
+            "error": error,
+            "reasons": sorted({b.reason.value for b in failed if b.reason is not None}),
+            "log_tail": next((b.log_tail for b in failed if b.log_tail), None),
+            "next_attempt_at": None
+            if record.next_attempt_at is None
+            else record.next_attempt_at.isoformat(),
+        }
+        return Event(kind, build_key(record.tag, record.attempts), record.tag, now, payload)
+
+    def _failed_streak(self, record: TargetRecord) -> int:
+        """Attempts since the last one that published: the retry budget counts these, so a
+        forced rebuild or a vanished tag starts with a full budget."""
+        by_attempt: dict[int, list[BuildRecord]] = {}
+        for build in self._store.builds(tag=record.tag):
+            by_attempt.setdefault(build.attempt, []).append(build)
+        succeeded = [
+            attempt
+            for attempt, builds in by_attempt.items()
+            if builds and all(b.state is BuildState.SUCCEEDED for b in builds)
+        ]
+        return record.attempts - max(succeeded, default=0)
 
     def _delete_quietly(self, job: str, report: CycleReport) -> None:
         try:
@@ -481,7 +640,12 @@ class ReconcileService:
         decision = Decision(action, tag, detail, job)
         report.decisions.append(decision)
         log.info(
-            "%s %s%s%s", action, tag, f" [{job}]" if job else "", f": {detail}" if detail else ""
+            "%s %s%s%s",
+            action,
+            tag,
+            f" [{job}]" if job else "",
+            f": {detail}" if detail else "",
+            extra={"action": action, "tag": tag, "job": job},
         )
 
 

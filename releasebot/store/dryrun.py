@@ -3,6 +3,8 @@
 Reads go to the real store; what a dry run would write lands in an in-memory overlay
 (``MemoryStateStore``) so the rest of the cycle sees it: a feed body that changed is parsed
 and its releases planned, exactly as a real cycle would, yet the database never changes.
+Events, deliveries and flags are not overlaid: a dry run announces nothing and pauses
+nothing, so those writes are simply dropped.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from releasebot.domain.builds import BuildRecord
+from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -98,6 +101,40 @@ class DryRunStore:
         return self._inner.builds(tag=tag, active_only=active_only)
 
     def save(
-        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+        self,
+        *,
+        targets: Sequence[TargetRecord] = (),
+        builds: Sequence[BuildRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        pass
+
+    # -- the outbox and flags: reads go to the real store, writes go nowhere -------------
+
+    def pending_events(self, now: datetime, limit: int = 50) -> list[StoredEvent]:
+        return self._inner.pending_events(now, limit)
+
+    def outbox_events(self, message_key: str) -> list[StoredEvent]:
+        return self._inner.outbox_events(message_key)
+
+    def outbox_backlog(self) -> int:
+        return self._inner.outbox_backlog()
+
+    def mark_delivered(self, event_id: int, now: datetime, ref: MessageRef | None = None) -> None:
+        pass
+
+    def mark_undelivered(
+        self, event_id: int, error: str, next_attempt_at: datetime, now: datetime
+    ) -> None:
+        pass
+
+    def message_ref(self, message_key: str) -> MessageRef | None:
+        return self._inner.message_ref(message_key)
+
+    def flag(self, name: str) -> str | None:
+        return self._inner.flag(name)
+
+    def set_flag(
+        self, name: str, value: str | None, now: datetime, events: Sequence[Event] = ()
     ) -> None:
         pass

@@ -161,6 +161,15 @@ def lock_writes(conn: Connection, key: int = STORE_WRITE_LOCK) -> None:
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
 
 
+def ping(engine: Engine) -> None:
+    """One cheap round trip (``SELECT 1``) for a readiness probe; errors translated."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except exc.SQLAlchemyError as error:
+        raise translate_error(error, engine.url, connecting=True) from error
+
+
 def translate_error(
     error: exc.SQLAlchemyError, url: URL, *, connecting: bool = False
 ) -> ReleasebotError:

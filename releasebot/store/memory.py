@@ -12,6 +12,7 @@ the state is gone when the process ends.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -20,6 +21,7 @@ from typing import TypeVar
 
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.errors import StoreError
+from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -44,6 +46,28 @@ class _Entry:
     present: bool
 
 
+@dataclass
+class _Row:
+    """One outbox row, as the SQL store's ``outbox`` table keeps it."""
+
+    id: int
+    event: Event
+    attempts: int = 0
+    next_attempt_at: datetime | None = None
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+
+    def stored(self) -> StoredEvent:
+        return StoredEvent(
+            id=self.id,
+            event=self.event,
+            attempts=self.attempts,
+            next_attempt_at=self.next_attempt_at,
+            last_error=self.last_error,
+            delivered_at=self.delivered_at,
+        )
+
+
 class MemoryStateStore:
     """The state store in memory; every instance starts empty."""
 
@@ -56,6 +80,9 @@ class MemoryStateStore:
         self._driver_entries: dict[str, dict[str, _Entry]] = {}
         self._targets: dict[str, TargetRecord] = {}
         self._builds: dict[tuple[str, Arch, int], BuildRecord] = {}
+        self._outbox: list[_Row] = []
+        self._refs: dict[str, MessageRef] = {}
+        self._flags: dict[str, str] = {}
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._lock:
@@ -169,8 +196,14 @@ class MemoryStateStore:
         return sorted(found, key=lambda b: (b.created_at, b.tag, b.arch.value, b.attempt))
 
     def save(
-        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+        self,
+        *,
+        targets: Sequence[TargetRecord] = (),
+        builds: Sequence[BuildRecord] = (),
+        events: Sequence[Event] = (),
     ) -> None:
+        # Everything is checked before anything is written: one transaction, as in SQL.
+        stored = _as_stored(events)
         with self._lock:
             for build in builds:
                 if build.tag not in self._targets:
@@ -200,6 +233,76 @@ class MemoryStateStore:
                     message=None if build.message is None else fit_error(build.message),
                     log_tail=fit_log(build.log_tail),
                 )
+            for event in stored:
+                self._outbox.append(_Row(len(self._outbox) + 1, event))
+
+    # -- the outbox, message refs and flags ----------------------------------------------
+
+    def pending_events(self, now: datetime, limit: int = 50) -> list[StoredEvent]:
+        now = _utc(now)
+        with self._lock:
+            due = [
+                row.stored()
+                for row in self._outbox
+                if row.delivered_at is None
+                and (row.next_attempt_at is None or row.next_attempt_at <= now)
+            ]
+        return due[:limit]
+
+    def outbox_events(self, message_key: str) -> list[StoredEvent]:
+        with self._lock:
+            return [row.stored() for row in self._outbox if row.event.message_key == message_key]
+
+    def outbox_backlog(self) -> int:
+        with self._lock:
+            return sum(1 for row in self._outbox if row.delivered_at is None)
+
+    def mark_delivered(self, event_id: int, now: datetime, ref: MessageRef | None = None) -> None:
+        now = _utc(now)
+        with self._lock:
+            row = self._row(event_id)
+            if row is not None and row.delivered_at is None:
+                row.delivered_at, row.next_attempt_at = now, None
+            if ref is not None:
+                self._refs[ref.message_key] = ref
+
+    def mark_undelivered(
+        self, event_id: int, error: str, next_attempt_at: datetime, now: datetime
+    ) -> None:
+        next_attempt_at = _utc(next_attempt_at)
+        with self._lock:
+            row = self._row(event_id)
+            if row is not None and row.delivered_at is None:
+                row.attempts += 1
+                row.last_error = fit_error(error)
+                row.next_attempt_at = next_attempt_at
+
+    def message_ref(self, message_key: str) -> MessageRef | None:
+        with self._lock:
+            return self._refs.get(message_key)
+
+    def flag(self, name: str) -> str | None:
+        with self._lock:
+            return self._flags.get(name)
+
+    def set_flag(
+        self, name: str, value: str | None, now: datetime, events: Sequence[Event] = ()
+    ) -> None:
+        _utc(now)
+        stored = _as_stored(events)
+        with self._lock:
+            if value is None:
+                self._flags.pop(name, None)
+            else:
+                self._flags[name] = value
+            for event in stored:
+                self._outbox.append(_Row(len(self._outbox) + 1, event))
+
+    def _row(self, event_id: int) -> _Row | None:
+        """The outbox row with ``event_id`` (ids are positions plus one, never reused)."""
+        if 1 <= event_id <= len(self._outbox):
+            return self._outbox[event_id - 1]
+        return None
 
     def _record_body(self, feed: str, url: str, validators: Validators, now: datetime) -> datetime:
         """Update the feed's state for a changed body; return its previous last success."""
@@ -254,6 +357,18 @@ def _new_feed(feed: str, url: str) -> FeedState:
         last_error_at=None,
         consecutive_failures=0,
     )
+
+
+def _as_stored(events: Sequence[Event]) -> list[Event]:
+    """The events as the SQL store reads them back: tuples become lists, fresh dicts."""
+    return [
+        replace(
+            event,
+            created_at=_utc(event.created_at),
+            payload=json.loads(json.dumps(dict(event.payload))),
+        )
+        for event in events
+    ]
 
 
 def _utc(moment: datetime) -> datetime:

@@ -10,7 +10,8 @@ Write transactions are serialized (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an a
 
 Every SQLAlchemy error is translated at this boundary (``engine.translate_error``): callers
 see ``StoreUnavailableError`` (retry later) or ``StoreError`` (tell a human), never a
-SQLAlchemy exception. This module does not create or migrate the schema (``migrate.py``).
+SQLAlchemy exception. This module does not create or migrate the schema (``migrate.py``);
+the outbox, message ref and flag statements live in ``outbox.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, Table, bindparam, exc, insert, or_, select, update
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -35,6 +37,7 @@ from releasebot.domain.models import (
 )
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.store import outbox
 from releasebot.store.engine import WRITE, lock_writes, translate_error
 from releasebot.store.limits import fit_error, fit_log, kept_validators
 from releasebot.store.tables import (
@@ -188,9 +191,13 @@ class SqlStateStore:
         return sorted(records, key=lambda b: (b.created_at, b.tag, b.arch.value, b.attempt))
 
     def save(
-        self, *, targets: Sequence[TargetRecord] = (), builds: Sequence[BuildRecord] = ()
+        self,
+        *,
+        targets: Sequence[TargetRecord] = (),
+        builds: Sequence[BuildRecord] = (),
+        events: Sequence[Event] = (),
     ) -> None:
-        if not targets and not builds:
+        if not targets and not builds and not events:
             return
         with self._transaction(write=True) as conn:
             _update(conn, _targets_table, ("tag",), [_target_status(t) for t in targets])
@@ -208,6 +215,46 @@ class SqlStateStore:
                 ("tag", "arch", "attempt"),
                 [r for r, k in zip(rows, keys, strict=True) if k in existing],
             )
+            outbox.insert_events(conn, events)
+
+    # -- the outbox, message refs and flags (statements in outbox.py) ------------------
+
+    def pending_events(self, now: datetime, limit: int = 50) -> list[StoredEvent]:
+        with self._transaction() as conn:
+            return outbox.pending_events(conn, now, limit)
+
+    def outbox_events(self, message_key: str) -> list[StoredEvent]:
+        with self._transaction() as conn:
+            return outbox.outbox_events(conn, message_key)
+
+    def outbox_backlog(self) -> int:
+        with self._transaction() as conn:
+            return outbox.outbox_backlog(conn)
+
+    def mark_delivered(self, event_id: int, now: datetime, ref: MessageRef | None = None) -> None:
+        with self._transaction(write=True) as conn:
+            outbox.mark_delivered(conn, event_id, now, ref)
+
+    def mark_undelivered(
+        self, event_id: int, error: str, next_attempt_at: datetime, now: datetime
+    ) -> None:
+        with self._transaction(write=True) as conn:
+            outbox.mark_undelivered(conn, event_id, error, next_attempt_at)
+
+    def message_ref(self, message_key: str) -> MessageRef | None:
+        with self._transaction() as conn:
+            return outbox.message_ref(conn, message_key)
+
+    def flag(self, name: str) -> str | None:
+        with self._transaction() as conn:
+            return outbox.flag(conn, name)
+
+    def set_flag(
+        self, name: str, value: str | None, now: datetime, events: Sequence[Event] = ()
+    ) -> None:
+        with self._transaction(write=True) as conn:
+            outbox.set_flag(conn, name, value, now)
+            outbox.insert_events(conn, events)
 
     @contextmanager
     def _transaction(self, *, write: bool = False) -> Iterator[Connection]:

@@ -204,3 +204,47 @@ builds = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime),
 )
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", Text, nullable=False),
+    Column("message_key", Text, nullable=False, index=True),
+    Column("subject", Text, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", UtcDateTime),
+    Column("last_error", Text),
+    Column("delivered_at", UtcDateTime, index=True),
+)
+"""Events to tell, written with the state change they describe; delivered later."""
+
+message_refs = Table(
+    "message_refs",
+    metadata,
+    Column("message_key", Text, primary_key=True),
+    Column("channel", Text, nullable=False),
+    Column("ts", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+"""The chat message each build (or feed) edits in place: Slack's channel ID and ``ts``."""
+
+flags = Table(
+    "flags",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+"""Named switches set by people or the service: ``paused``, feed alert marks."""
+
+locks = Table(
+    "locks",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+)
+"""Lease rows for SQLite, where there are no advisory locks: one writer of cycles at once."""

@@ -197,13 +197,16 @@ def test_failed_with_each_reason(
         assert status.log_tail.endswith(LAST_LINE)
 
 
-def test_unpullable_executor_is_a_permanent_failure(cluster: Cluster, build: BuildRequest) -> None:
+def test_unpullable_executor_is_reported_as_a_failure(
+    cluster: Cluster, build: BuildRequest
+) -> None:
+    # The Pod would wait for the image forever: the launcher reports it failed (the service
+    # retries it a few times, a pull may be a blip, then hands it to a human) and deletes it.
     cluster.launcher.launch(build)
     cluster.image_pull_error(build.job_name)
     status = cluster.launcher.status(build.job_name)
     assert status.phase is JobPhase.FAILED
     assert status.reason is FailureReason.IMAGE_PULL
-    assert not FailureReason.IMAGE_PULL.transient
     cluster.launcher.delete(build.job_name)
     assert cluster.launcher.status(build.job_name).phase is JobPhase.MISSING
 

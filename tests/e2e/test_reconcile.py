@@ -14,7 +14,7 @@ the registry down, and crashes at each step of the cycle with no duplicate Job.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,12 +25,18 @@ from sqlalchemy import Engine
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
 from releasebot.domain.builds import BuildState, FailureReason
+from releasebot.domain.errors import RegistryError
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.domain.versions import Arch
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedSpec, PlanService
-from releasebot.service.reconcile import CycleReport, ReconcileOptions, ReconcileService
+from releasebot.service.reconcile import (
+    CycleReport,
+    ReconcileOptions,
+    ReconcileService,
+    TargetBusyError,
+)
 from releasebot.sources.fetch import HttpFeedFetcher
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
@@ -57,6 +63,9 @@ class Rig:
     clock: Clock
     planner: PlanService
     options: ReconcileOptions
+    overrides: dict[str, object] = field(default_factory=dict)
+    nvidia_body: bytes = b""
+    """Collaborators every ``service()`` gets (e.g. an artifact source)."""
 
     def service(self, **overrides: object) -> ReconcileService:
         parts: dict[str, object] = {
@@ -66,6 +75,7 @@ class Rig:
             "launcher": self.launcher,
             "clock": self.clock,
             "options": self.options,
+            **self.overrides,
         }
         parts.update(overrides)
         return ReconcileService(**parts)  # type: ignore[arg-type]
@@ -133,6 +143,7 @@ def make_rig(
         ReconcileOptions(max_concurrent_builds=4, max_attempts=3),
     )
     rig.serve_stable(shared_data, STABLE_BEFORE, '"s1"')
+    rig.nvidia_body = nvidia
     return rig
 
 
@@ -303,14 +314,19 @@ def test_a_failed_build_keeps_reason_and_log_and_waits_for_a_human(rig: Rig) -> 
     assert len(rig.store.builds(tag=tag)) == 1  # permanent: no automatic retry
 
 
-def test_executor_image_that_cannot_be_pulled_is_permanent_and_deleted(rig: Rig) -> None:
-    rig.cycle()
+def test_executor_image_that_cannot_be_pulled_is_deleted_and_ends_with_a_human(rig: Rig) -> None:
+    rig.options = ReconcileOptions(max_concurrent_builds=4, max_attempts=2)
     tag = "580.178.04-flatcar4593.2.4"
-    job = next(b for b in rig.store.builds(tag=tag)).job_name
-    rig.kaniko.api.image_pull_error(job)
-    rig.cycle()
-    assert rig.target(tag).state is TargetState.FAILED
-    assert job not in rig.kaniko.job_names()
+    for attempt in (1, 2):
+        rig.cycle()
+        job = next(b for b in rig.store.builds(tag=tag) if b.attempt == attempt).job_name
+        rig.kaniko.api.image_pull_error(job)
+        rig.cycle()
+        assert job not in rig.kaniko.job_names()  # a Pod stuck pulling is not left behind
+        rig.clock.advance(timedelta(hours=1))
+    record = rig.target(tag)
+    assert record.state is TargetState.FAILED
+    assert "ImagePull" in (record.last_error or "")
 
 
 def test_a_job_deleted_mid_build_is_retried(rig: Rig) -> None:
@@ -322,6 +338,79 @@ def test_a_job_deleted_mid_build_is_retried(rig: Rig) -> None:
     [build] = rig.store.builds(tag=tag)
     assert build.reason is FailureReason.JOB_DELETED
     assert rig.target(tag).state is TargetState.RETRYING
+
+
+def test_a_failed_push_is_retried_not_handed_to_a_human(rig: Rig) -> None:
+    rig.cycle()
+    tag = "580.178.04-flatcar4593.2.4"
+    job = next(b for b in rig.store.builds(tag=tag)).job_name
+    log = "INFO Pushing image\nerror pushing image: failed to push to destination: 503\n"
+    rig.kaniko.api.exit_nonzero(job, 1, log=log)
+    rig.cycle()
+    [build] = rig.store.builds(tag=tag)
+    assert build.reason is FailureReason.PUSH_FAILED
+    assert rig.target(tag).state is TargetState.RETRYING
+
+
+def test_the_retry_budget_starts_again_after_a_publish(rig: Rig) -> None:
+    rig.options = ReconcileOptions(max_concurrent_builds=4, max_attempts=2)
+    tag = "580.178.04-flatcar4593.2.4"
+    rig.cycle()
+    first = next(b for b in rig.store.builds(tag=tag))
+    rig.kaniko.api.oom_kill(first.job_name)
+    rig.cycle()  # attempt 1 failed: retrying
+    rig.clock.advance(timedelta(hours=1))
+    rig.cycle()  # attempt 2
+    rig.kaniko.build_all()
+    rig.cycle()
+    assert rig.target(tag).state is TargetState.PUBLISHED
+    rig.service().build_by_hand("580.178.04", "4593.2.4", arches=None, force=True)
+    third = next(b for b in rig.store.builds(tag=tag) if b.attempt == 3)
+    rig.kaniko.api.oom_kill(third.job_name)
+    report = rig.cycle()
+    # Counting every attempt ever made (3 >= 2) would give up; since the publish it is 1.
+    assert ("retrying", tag) in [(d.action, d.tag) for d in report.decisions]
+
+
+def test_build_by_hand_cannot_change_a_targets_arches(multi_rig: Rig) -> None:
+    rig = multi_rig
+    rig.cycle()
+    with pytest.raises(TargetBusyError, match="--arch cannot change it"):
+        rig.service().build_by_hand(
+            "580.178.04", "4593.2.4", arches=frozenset({Arch.ARM64}), force=True
+        )
+
+
+def test_changed_arches_rebuild_a_published_tag(rig: Rig, shared_data: Path) -> None:
+    publish_existing(rig, *OLD)
+    rig.cycle()
+    assert rig.target(OLD[0]).state is TargetState.PUBLISHED
+    both = frozenset({Arch.AMD64, Arch.ARM64})
+    rig.planner._policy = replace(  # the operator adds arm64 to the configuration
+        rig.planner._policy, flatcar=replace(rig.planner._policy.flatcar, arches=both)
+    )
+    report = rig.cycle()
+    assert rig.target(OLD[0]).state is TargetState.BUILDING
+    assert ("launched", OLD[0]) in [(d.action, d.tag) for d in report.decisions]
+
+
+def test_a_permanent_index_failure_does_not_leave_the_target_building(multi_rig: Rig) -> None:
+    rig = multi_rig
+    rig.cycle()
+    rig.kaniko.build_all()
+    registry = rig.registry
+
+    def refuse(tag: str, manifests: object) -> str:
+        raise RegistryError("registry 127.0.0.1: manifest unknown")
+
+    report = rig.service(registry=_Patched(registry, push_index=refuse)).cycle()
+    assert any(d.action == "failed" for d in report.decisions)
+    assert {rig.target(tag).state for tag in OLD} == {TargetState.FAILED}
+    jobs = rig.kaniko.job_names()
+    rig.service().build_by_hand("580.178.04", "4593.2.4", arches=None, force=False)
+    # A person's retry: both arch images are still there, so only the index is pushed again.
+    assert rig.target(OLD[0]).state is TargetState.PUBLISHED
+    assert rig.kaniko.job_names() == jobs
 
 
 def test_max_concurrent_builds_is_respected(rig: Rig) -> None:
@@ -337,7 +426,7 @@ def test_max_concurrent_builds_is_respected(rig: Rig) -> None:
 def test_registry_down_launches_nothing_and_loses_nothing(rig: Rig, feeds: FeedServer) -> None:
     rig.cycle()
     job = rig.kaniko.job_names()[0]
-    rig.kaniko.build(job)
+    digest = rig.kaniko.build(job)
     down = OrasRegistry("127.0.0.1:9/nvidia/driver", insecure=True, retries=0)
     report = rig.service(registry=down).cycle()
     down.close()
@@ -346,7 +435,10 @@ def test_registry_down_launches_nothing_and_loses_nothing(rig: Rig, feeds: FeedS
     [build] = [b for b in rig.store.builds() if b.job_name == job]
     assert build.state is BuildState.RUNNING  # verification waits for the registry
     rig.cycle()
-    assert rig.target(build.tag).state is TargetState.PUBLISHED
+    record = rig.target(build.tag)
+    assert (record.state, record.digest) == (TargetState.PUBLISHED, digest)
+    [build] = [b for b in rig.store.builds() if b.job_name == job]
+    assert (build.state, build.digest) == (BuildState.SUCCEEDED, digest)
 
 
 def test_api_server_down_postpones_and_recovers(rig: Rig) -> None:
@@ -388,28 +480,37 @@ def test_killed_before_the_job_is_created_launches_it_next_time(rig: Rig) -> Non
     assert len(rig.kaniko.job_names()) == 2
 
 
+def assert_published_by_our_builds(rig: Rig, pushed: dict[str, str]) -> None:
+    """Each target published with the digest its Job pushed, its build row succeeded."""
+    for build in rig.store.builds():
+        assert build.state is BuildState.SUCCEEDED
+        assert build.digest == pushed[build.job_name]
+        record = rig.target(build.tag)
+        assert (record.state, record.digest) == (TargetState.PUBLISHED, build.digest)
+
+
 def test_killed_after_success_before_verify_publishes_next_time(rig: Rig) -> None:
     rig.cycle()
-    rig.kaniko.build_all()
+    pushed = rig.kaniko.build_all()
     registry = rig.registry
     crashing = rig.service(registry=_Patched(registry, digest=crash_before(registry.digest)))
     with pytest.raises(Crash):
         crashing.cycle()
     assert {b.state for b in rig.store.builds()} == {BuildState.RUNNING}
     rig.cycle()
-    assert {rig.target(tag).state for tag in OLD} == {TargetState.PUBLISHED}
+    assert_published_by_our_builds(rig, pushed)
     assert len(rig.kaniko.job_names()) == 2
 
 
 def test_killed_after_verify_before_record_verifies_again(rig: Rig) -> None:
     rig.cycle()
-    rig.kaniko.build_all()
+    pushed = rig.kaniko.build_all()
     registry = rig.registry
     crashing = rig.service(registry=_Patched(registry, digest=crash_after(registry.digest)))
     with pytest.raises(Crash):
         crashing.cycle()
     rig.cycle()
-    assert {rig.target(tag).state for tag in OLD} == {TargetState.PUBLISHED}
+    assert_published_by_our_builds(rig, pushed)
     assert len(rig.kaniko.job_names()) == 2
 
 

@@ -283,7 +283,21 @@ def test_git_context_without_sub_path_sends_none() -> None:
 def test_insecure_registry_flags_only_when_configured(job: dict[str, Any]) -> None:
     assert not any("insecure" in arg or "skip-tls" in arg for arg in args(job))
     rendered = render_job(build_request(target(), Arch.AMD64, 1), options(insecure_registry=True))
-    assert args(rendered)[-2:] == ["--insecure", "--skip-tls-verify"]
+    assert args(rendered)[-1:] == ["--insecure"]  # plain HTTP only: certificates stay checked
+    rendered = render_job(build_request(target(), Arch.AMD64, 1), options(skip_tls_verify=True))
+    assert args(rendered)[-1:] == ["--skip-tls-verify"]
+
+
+def test_a_private_registry_ca_is_mounted_and_named_to_kaniko() -> None:
+    rendered = render_job(
+        build_request(target(), Arch.AMD64, 1), options(registry_ca_configmap="registry-ca")
+    )
+    host = options().registry_repository.split("/", 1)[0]
+    assert f"--registry-certificate={host}=/kaniko/registry-ca/ca.crt" in args(rendered)
+    mounts = {m["name"]: m for m in container(rendered)["volumeMounts"]}
+    assert mounts["registry-ca"]["readOnly"] is True
+    volumes = {v["name"]: v for v in rendered["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["registry-ca"]["configMap"]["name"] == "registry-ca"
 
 
 def test_push_retry_is_configurable() -> None:
@@ -486,6 +500,11 @@ def _renderings() -> list[tuple[str, BuildRequest, KanikoOptions]]:
             "insecure registry",
             build_request(single, Arch.ARM64, 2),
             options(insecure_registry=True),
+        ),
+        (
+            "private CA, unchecked TLS",
+            build_request(single, Arch.AMD64, 1),
+            options(skip_tls_verify=True, registry_ca_configmap="registry-ca"),
         ),
         ("user namespace", build_request(single, Arch.AMD64, 1), options(user_namespace=True)),
         (

@@ -1,0 +1,335 @@
+"""Chat messages from outbox events: Block Kit blocks plus a plain-text fallback. Pure.
+
+One build attempt (one ``message_key``) is one message, edited in place: ``render_message``
+draws its CURRENT state from every event of the key so far (payloads folded, later values
+winning), so re-rendering after a crash gives the same message. ``render_thread_reply``
+draws one event as the detail reply under it. Feed keys get the feed failing/recovered
+message the same way.
+
+Payload keys read (all optional; what is missing is left out): builds (``reconcile``)
+``driver_version``, ``flatcar_version``, ``flatcar_channel``, ``kernel_release``,
+``arches``, ``jobs``, ``attempt``, ``max_attempts``, ``digest``, ``arch_digests``
+(``"amd64 sha256:…"``), ``error``, ``log_tail``, ``next_attempt_at`` (ISO 8601); feeds
+``error``, ``failing_since`` (ISO 8601), ``consecutive_failures``.
+
+Every interpolated value is escaped for mrkdwn (``&<>``) and every text is trimmed to
+Block Kit's limits. No I/O, no clock, no slack_sdk import: ``tests/unit/test_render.py``
+checks the output against golden files and slack-sdk's block models.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from releasebot.domain.events import Event, EventKind
+
+HEADER_MAX_CHARS = 150
+SECTION_MAX_CHARS = 3000
+FIELD_MAX_CHARS = 2000
+FALLBACK_MAX_CHARS = 3000
+"""Slack accepts 40,000 characters of ``text``, but truncates past 4,000 in notifications."""
+REASON_MAX_CHARS = 600
+"""A failure summary is one line per arch; more is noise in a channel."""
+LOG_LINES_MESSAGE = 15
+LOG_LINES_THREAD = 40
+LOG_LINE_MAX_CHARS = 240
+LOG_BLOCK_MAX_CHARS = 2000
+"""The log's code block stays well under a section's 3,000 characters."""
+
+Block = dict[str, Any]
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_FEED_KINDS = (EventKind.FEED_FAILING, EventKind.FEED_RECOVERED)
+_HEADLINES = {
+    EventKind.BUILD_STARTED: ":hammer_and_wrench: Building",
+    EventKind.TAG_PUBLISHED: ":white_check_mark: Published",
+    EventKind.BUILD_RETRYING: ":repeat: Retrying",
+    EventKind.BUILD_FAILED: ":x: Build failed:",
+    EventKind.RETRIES_EXHAUSTED: ":x: Retries exhausted:",
+    EventKind.FEED_FAILING: ":warning: Feed failing:",
+    EventKind.FEED_RECOVERED: ":white_check_mark: Feed recovered:",
+}
+
+
+@dataclass(frozen=True)
+class RenderedMessage:
+    text: str
+    """The plain-text fallback (notifications, screen readers, old clients)."""
+    blocks: list[Block]
+
+
+def render_message(events_for_key: Sequence[Event], repository: str) -> RenderedMessage:
+    """The whole message of one key as it stands after ``events_for_key`` (oldest first)."""
+    if not events_for_key:
+        raise ValueError("render_message needs at least one event")
+    first, last = events_for_key[0], events_for_key[-1]
+    state = _fold(events_for_key)
+    if last.kind in _FEED_KINDS:
+        return _feed_message(last, state, first.created_at)
+    return _build_message(last, state, first.created_at, repository)
+
+
+def render_thread_reply(event: Event, repository: str) -> RenderedMessage:
+    """One event's detail, posted as a reply in the thread of its key's message."""
+    payload = _fold([event])
+    lines = _status_lines(event, payload, repository)
+    headline = f"*{_HEADLINES[event.kind]} {_escape(event.subject)}*"
+    blocks = [_section("\n".join([headline, *lines]))]
+    log = _text(payload, "log_tail")
+    if log:
+        blocks.append(_section(_log_block(log, LOG_LINES_THREAD)))
+    blocks.append(_context(_when(event.created_at)))
+    return RenderedMessage(_summary(event, payload, repository), blocks)
+
+
+# -- builds ------------------------------------------------------------------------------
+
+
+def _build_message(
+    last: Event, state: Mapping[str, object], started_at: datetime, repository: str
+) -> RenderedMessage:
+    tag = last.subject
+    lines = _status_lines(last, state, repository)
+    blocks = [_header(f"{_HEADLINES[last.kind]} {tag}")]
+    facts = _facts(state)
+    if facts:
+        blocks.append({"type": "section", "fields": facts})
+    if lines and last.kind is not EventKind.BUILD_STARTED:  # its jobs are among the facts
+        blocks.append(_section("\n".join(lines)))
+    log = _text(state, "log_tail")
+    if log and last.kind in (
+        EventKind.BUILD_RETRYING,
+        EventKind.BUILD_FAILED,
+        EventKind.RETRIES_EXHAUSTED,
+    ):
+        blocks.append(_section("*Last log lines*\n" + _log_block(log, LOG_LINES_MESSAGE)))
+    if last.kind in (EventKind.BUILD_FAILED, EventKind.RETRIES_EXHAUSTED):
+        blocks.append(_section(_next_steps(tag, state)))
+    updated = _when(last.created_at)
+    blocks.append(_context(f"Started {_when(started_at)} · updated {updated}"))
+    return RenderedMessage(_summary(last, state, repository), blocks)
+
+
+def _status_lines(event: Event, state: Mapping[str, object], repository: str) -> list[str]:
+    """What this event says, as mrkdwn lines (the message body and the thread reply)."""
+    attempt, most = _int(state, "attempt"), _int(state, "max_attempts")
+    error = _text(state, "error")
+    reason = _escape(_cut(error, REASON_MAX_CHARS)) if error else "no reason recorded"
+    kind = event.kind
+    if kind is EventKind.BUILD_STARTED:
+        jobs = _strings(state, "jobs")
+        return ["*Jobs*", *(f"`{_escape(job)}`" for job in jobs)] if jobs else []
+    if kind is EventKind.TAG_PUBLISHED:
+        return _published_lines(event.subject, state, repository)
+    if kind is EventKind.BUILD_RETRYING:
+        lines = [f"*{_attempt_text(attempt, most)} failed:* {reason}"]
+        next_at = _time(state, "next_attempt_at")
+        if next_at is not None:
+            following = _attempt_text(None if attempt is None else attempt + 1, most)
+            lines.append(f"*Next:* {following.lower()} starts {_when(next_at)}")
+        return lines
+    if kind is EventKind.BUILD_FAILED:
+        return [f"*Reason:* {reason}"]
+    if kind is EventKind.RETRIES_EXHAUSTED:
+        tried = f"All {most} attempts" if most else "Every attempt"
+        return [f"*{tried} failed.* Last: {reason}"]
+    return _feed_lines(event, state)
+
+
+def _published_lines(tag: str, state: Mapping[str, object], repository: str) -> list[str]:
+    digest = _text(state, "digest")
+    pulls = [f"{repository}:{tag}"] + ([f"{repository}@{digest}"] if digest else [])
+    lines = ["*Pull*", _code("\n".join(pulls))]
+    if digest:
+        lines.append(f"*Digest* `{_escape(digest)}`")
+    per_arch = _strings(state, "arch_digests")
+    if per_arch:
+        lines.append("*Per arch*")
+        lines.extend(f"• `{_escape(item)}`" for item in per_arch)
+    return lines
+
+
+def _facts(state: Mapping[str, object]) -> list[Block]:
+    channel = _text(state, "flatcar_channel")
+    flatcar = _text(state, "flatcar_version")
+    attempt, most = _int(state, "attempt"), _int(state, "max_attempts")
+    pairs = [
+        ("Driver", _text(state, "driver_version")),
+        ("Flatcar", f"{flatcar} ({channel})" if flatcar and channel else flatcar),
+        ("Kernel", _text(state, "kernel_release")),
+        ("Arches", ", ".join(_strings(state, "arches")) or None),
+        ("Attempt", _attempt_text(attempt, most).removeprefix("Attempt ") if attempt else None),
+        ("Jobs", "\n".join(f"`{job}`" for job in _strings(state, "jobs")) or None),
+    ]
+    return [
+        {"type": "mrkdwn", "text": _cut(f"*{name}*\n{_escape(value)}", FIELD_MAX_CHARS)}
+        for name, value in pairs
+        if value
+    ]
+
+
+def _next_steps(tag: str, state: Mapping[str, object]) -> str:
+    retry = f"`/releasebot retry {_escape(tag)}`"
+    driver, flatcar = _text(state, "driver_version"), _text(state, "flatcar_version")
+    text = f"*What to do next:* fix the cause, then retry with {retry} here"
+    if driver and flatcar:
+        command = f"releasebot build {driver} {flatcar} --force"
+        text += f", or `{_escape(command)}` from a shell"
+    return text + "."
+
+
+def _attempt_text(attempt: int | None, most: int | None) -> str:
+    if attempt is None:
+        return "The attempt"
+    return f"Attempt {attempt} of {most}" if most else f"Attempt {attempt}"
+
+
+def _summary(event: Event, state: Mapping[str, object], repository: str) -> str:
+    """The fallback text: one line, no markup beyond escaping, times in UTC."""
+    subject, kind = event.subject, event.kind
+    attempt = _attempt_text(_int(state, "attempt"), _int(state, "max_attempts"))
+    reason = _cut(_text(state, "error") or "no reason recorded", REASON_MAX_CHARS)
+    retry = f"Retry with /releasebot retry {subject}"
+    if kind is EventKind.BUILD_STARTED:
+        arches = ", ".join(_strings(state, "arches")) or "every arch"
+        text = f"Building {subject} for {arches} ({attempt.lower()})"
+    elif kind is EventKind.TAG_PUBLISHED:
+        digest = _text(state, "digest")
+        text = f"Published {repository}:{subject}" + (f"@{digest}" if digest else "")
+    elif kind is EventKind.BUILD_RETRYING:
+        next_at = _time(state, "next_attempt_at")
+        text = f"Retrying {subject}: {attempt.lower()} failed ({reason})"
+        text += f"; next attempt at {_utc(next_at)}" if next_at else ""
+    elif kind is EventKind.BUILD_FAILED:
+        text = f"Build failed: {subject}: {reason}. {retry}"
+    elif kind is EventKind.RETRIES_EXHAUSTED:
+        text = f"Retries exhausted: {subject}: {reason}. {retry}"
+    elif kind is EventKind.FEED_FAILING:
+        error = _text(state, "error")
+        text = f"Feed {subject} failing" + (f": {_cut(error, REASON_MAX_CHARS)}" if error else "")
+    else:
+        text = f"Feed {subject} recovered"
+    return _cut(_escape(text), FALLBACK_MAX_CHARS)
+
+
+# -- feeds -------------------------------------------------------------------------------
+
+
+def _feed_message(
+    last: Event, state: Mapping[str, object], started_at: datetime
+) -> RenderedMessage:
+    blocks = [
+        _header(f"{_HEADLINES[last.kind]} {last.subject}"),
+        _section("\n".join(_feed_lines(last, state))),
+        _context(f"First told {_when(started_at)} · updated {_when(last.created_at)}"),
+    ]
+    return RenderedMessage(_summary(last, state, ""), blocks)
+
+
+def _feed_lines(event: Event, state: Mapping[str, object]) -> list[str]:
+    since = _time(state, "failing_since")
+    since_text = _when(since) if since else "a while"
+    if event.kind is EventKind.FEED_RECOVERED:
+        return [
+            f"Polls succeed again (failing since {since_text}, recovered "
+            f"{_when(event.created_at)}). Planning uses the fresh data from the next cycle."
+        ]
+    failures = _int(state, "consecutive_failures")
+    error = _text(state, "error")
+    lines = [f"*Failing since* {since_text}" + (f" ({failures} polls)" if failures else "")]
+    if error:
+        lines.append(f"*Last error:* {_escape(_cut(error, REASON_MAX_CHARS))}")
+    lines.append(
+        "releasebot keeps the last good data and keeps polling; builds already planned go on. "
+        "Check the feed URL and `/releasebot status`."
+    )
+    return lines
+
+
+# -- payloads ----------------------------------------------------------------------------
+
+
+def _fold(events: Sequence[Event]) -> dict[str, object]:
+    """Every payload key's latest meaningful value: a later ``None`` or ``[]`` keeps the
+    earlier value (a failure event does not repeat the jobs the start event listed)."""
+    state: dict[str, object] = {}
+    for event in events:
+        state.update((k, v) for k, v in event.payload.items() if v is not None and v != [])
+    return state
+
+
+def _text(state: Mapping[str, object], key: str) -> str | None:
+    value = state.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def _int(state: Mapping[str, object], key: str) -> int | None:
+    value = state.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _strings(state: Mapping[str, object], key: str) -> list[str]:
+    value = state.get(key)
+    return [str(item) for item in value] if isinstance(value, list | tuple) else []
+
+
+def _time(state: Mapping[str, object], key: str) -> datetime | None:
+    text = _text(state, key)
+    try:
+        return None if text is None else datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+# -- Block Kit and mrkdwn ------------------------------------------------------------------
+
+
+def _header(text: str) -> Block:
+    plain = {"type": "plain_text", "text": _cut(text, HEADER_MAX_CHARS), "emoji": True}
+    return {"type": "header", "text": plain}
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _cut(text, SECTION_MAX_CHARS)}}
+
+
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
+
+
+def _escape(text: str) -> str:
+    """Slack's three control characters in mrkdwn (and in the fallback text)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _code(text: str) -> str:
+    # A ``` inside would close the block early: a zero-width space keeps it literal.
+    return "```" + _escape(text).replace("```", "`\u200b`\u200b`") + "```"
+
+
+def _log_block(log: str, max_lines: int) -> str:
+    """The last lines of a build log as a code block, within ``LOG_BLOCK_MAX_CHARS``."""
+    clean = _CONTROL.sub("", _ANSI.sub("", log.replace("\r\n", "\n").replace("\r", "\n")))
+    lines = [_cut(line.rstrip(), LOG_LINE_MAX_CHARS) for line in clean.strip("\n").split("\n")]
+    lines = lines[-max_lines:]
+    while len(lines) > 1 and len(_code("\n".join(lines))) > LOG_BLOCK_MAX_CHARS:
+        lines = lines[1:]
+    return _cut(_code("\n".join(lines)), LOG_BLOCK_MAX_CHARS)
+
+
+def _when(moment: datetime) -> str:
+    """A time every reader sees in their own zone; the fallback after ``|`` is UTC."""
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} {{time}}|{_utc(moment)}>"
+
+
+def _utc(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

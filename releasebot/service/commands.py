@@ -1,0 +1,301 @@
+"""Use case: run a validated chat command and say what happened, as a Slack message.
+
+``CommandService.run`` takes a ``Command`` that ``chat.commands`` has already parsed and
+returns a Slack message payload (``response_type``, fallback ``text``, one mrkdwn section).
+Every ``ReleasebotError`` becomes a friendly line; nothing here raises to the chat.
+
+Not here: who may run what (``chat.slack`` checks the allowed users and channels before
+calling), answering within Slack's 3 s (the front door runs slow commands in the
+background), and the pause itself: ``pause`` only sets the store flag ``paused``; the
+reconcile cycle reads it and skips launching. A build or retry asked for by hand still
+runs while paused: a human asking is the decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from releasebot.chat.commands import HELP_TEXT, Command, Verb
+from releasebot.domain.errors import ReleasebotError
+from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.ports import StateStore
+from releasebot.domain.versions import Arch
+from releasebot.service.reconcile import (
+    PAUSED_FLAG,
+    CycleReport,
+    ReconcileService,
+    TargetBusyError,
+)
+
+log = logging.getLogger("releasebot.commands")
+
+MAX_LINES = 15
+"""List items shown per message; the rest is counted (a chat message is not a report)."""
+_MAX_SECTION = 2900  # Slack refuses a section text over 3000 characters
+_MAX_DETAIL = 160  # characters of an error shown per line
+_SLACK_ID = re.compile(r"[A-Z0-9]{2,20}")
+
+Payload = dict[str, Any]
+
+
+class CommandService:
+    """Runs chat commands against the store and the reconcile service."""
+
+    def __init__(
+        self,
+        *,
+        store: StateStore,
+        reconciler: ReconcileService,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._reconciler = reconciler
+        self._clock = clock
+        # Two chat builds of one target at once would race for the same attempt number.
+        self._launching = threading.Lock()
+
+    def run(self, command: Command, user: str) -> Payload:
+        """The answer to ``command`` asked by Slack user ``user``; never raises
+        ``ReleasebotError`` (it becomes the answer)."""
+        handlers: dict[Verb, Callable[[Command, str], Payload]] = {
+            Verb.STATUS: self._status,
+            Verb.PLAN: self._plan,
+            Verb.MISSING: self._missing,
+            Verb.BUILD: self._build,
+            Verb.RETRY: self._retry,
+            Verb.PAUSE: self._pause,
+            Verb.RESUME: self._resume,
+            Verb.HELP: self._help,
+        }
+        try:
+            return handlers[command.verb](command, user)
+        except ReleasebotError as error:
+            log.warning("chat command %s failed: %s", command, error)
+            return message(f"Could not run `{command}`: {_escape(str(error))}")
+
+    # -- read-only ---------------------------------------------------------------------
+
+    def _status(self, command: Command, user: str) -> Payload:
+        targets = self._store.targets()
+        counts = Counter(record.state for record in targets)
+        summary = ", ".join(
+            f"{counts[state]} {state.value}" for state in TargetState if counts[state]
+        )
+        paused = self._store.flag(PAUSED_FLAG)
+        head = "*Status*: automatic builds are " + (
+            f"*paused* (by {_escape(paused)})" if paused is not None else "running"
+        )
+        lines = [head, f"Targets: {summary or 'none planned yet'}"]
+        running = self._store.builds(active_only=True)
+        lines.append(f"Running builds: {len(running) or 'none'}")
+        lines += _items(
+            f"`{b.tag}` {b.arch.value}: job `{b.job_name}` ({b.state.value} since"
+            f" {_when(b.created_at)})"
+            for b in running
+        )
+        feeds = self._store.feed_states()
+        lines.append("Feeds:" if feeds else "Feeds: not polled yet")
+        lines += _items(
+            f"{_escape(f.name)}: polled {_when(f.last_polled_at)}, last success"
+            f" {_when(f.last_success_at)}"
+            + (
+                f", last error {_when(f.last_error_at)}: {_detail(f.last_error)}"
+                f" ({f.consecutive_failures} in a row)"
+                if f.last_error and f.consecutive_failures
+                else ""
+            )
+            for f in feeds
+        )
+        return message(*lines)
+
+    def _plan(self, command: Command, user: str) -> Payload:
+        report = self._reconciler.plan(digest_reads=0)
+        now = self._clock()
+        due = [record for record in report.targets if _due(record, now)]
+        if report.errors and not report.targets:
+            lines = ["*Plan*: unknown, the registry could not be checked."]
+        else:
+            lines = [
+                f"*Plan*: {_count(len(report.targets), 'target')} required, "
+                + (f"{len(due)} would be built now:" if due else "nothing to build now.")
+            ]
+        lines += _items(f"`{r.tag}` ({_arches(r.arches)}, {r.state.value})" for r in due)
+        later = [r for r in report.targets if r.state is TargetState.RETRYING and r not in due]
+        lines += _items(f"later: `{r.tag}` retries {_when(r.next_attempt_at)}" for r in later)
+        if self._store.flag(PAUSED_FLAG) is not None:
+            lines.append("Automatic launching is *paused*: `resume` to let the cycle build.")
+        return message(*lines, *_problems(report))
+
+    def _missing(self, command: Command, user: str) -> Payload:
+        report = self._reconciler.plan(digest_reads=0)
+        targets, problems = report.targets, _problems(report)
+        if report.errors:  # the registry could not say: show what the store knows
+            targets = self._store.targets()
+            problems.append("The states shown are as last recorded.")
+        missing = [r for r in targets if r.state is not TargetState.PUBLISHED]
+        lines = [
+            f"*Missing*: {len(missing)} of {_count(len(targets), 'target')} not published"
+            + (":" if missing else ".")
+        ]
+        lines += _items(
+            f"`{r.tag}` {r.state.value}"
+            + (f", next attempt {_when(r.next_attempt_at)}" if r.next_attempt_at else "")
+            + (f": {_detail(r.last_error)}" if r.last_error else "")
+            for r in missing
+        )
+        return message(*lines, *problems)
+
+    def _help(self, command: Command, user: str) -> Payload:
+        lines = ["*/releasebot* subcommands:"]
+        for line in HELP_TEXT.splitlines():
+            usage, _, meaning = line.partition(": ")
+            lines.append(f"• `{_escape(usage)}`: {_escape(meaning)}")
+        return message(*lines)
+
+    # -- changes -------------------------------------------------------------------------
+
+    def _build(self, command: Command, user: str) -> Payload:
+        assert command.driver is not None
+        assert command.flatcar is not None
+        arches = None if command.arch is None else frozenset({command.arch})
+        return self._launch(command.driver, command.flatcar, arches, user)
+
+    def _retry(self, command: Command, user: str) -> Payload:
+        assert command.tag is not None
+        record = self._store.target(command.tag)
+        if record is None:
+            return message(
+                f"I don't know `{command.tag}`: no plan or build ever named it. "
+                "`missing` lists the targets."
+            )
+        if record.state is TargetState.PUBLISHED:
+            return message(
+                f"`{record.tag}` is already published ({record.digest or 'digest not read'})."
+            )
+        if record.state is TargetState.BUILDING:
+            return message(f"`{record.tag}` is building right now; nothing to retry.")
+        return self._launch(
+            record.driver_version, record.flatcar_version, frozenset(record.arches), user
+        )
+
+    def _launch(
+        self, driver: str, flatcar: str, arches: frozenset[Arch] | None, user: str
+    ) -> Payload:
+        with self._launching:
+            try:
+                report = self._reconciler.build_by_hand(driver, flatcar, arches=arches, force=False)
+            except TargetBusyError as error:
+                return message(
+                    f"Not started: {_escape(str(error))} "
+                    "(a forced rebuild is only offered by the `releasebot build` CLI)."
+                )
+        return message(*_launched(report, _who(user)), in_channel=True)
+
+    def _pause(self, command: Command, user: str) -> Payload:
+        if self._store.flag(PAUSED_FLAG) is not None:
+            return message("Automatic builds are already paused. `resume` restarts them.")
+        # The flag's value says who paused (``status`` shows it); the cycle reads presence.
+        self._store.set_flag(PAUSED_FLAG, user or "chat", self._clock())
+        return message(
+            f"{_who(user)} paused automatic builds: no new build is launched until `resume`."
+            " Running builds finish.",
+            in_channel=True,
+        )
+
+    def _resume(self, command: Command, user: str) -> Payload:
+        if self._store.flag(PAUSED_FLAG) is None:
+            return message("Automatic builds are not paused.")
+        self._store.set_flag(PAUSED_FLAG, None, self._clock())
+        return message(
+            f"{_who(user)} resumed automatic builds: the next cycle launches what is missing.",
+            in_channel=True,
+        )
+
+
+# -- rendering ---------------------------------------------------------------------------
+
+
+def message(*lines: str, in_channel: bool = False) -> Payload:
+    """A Slack message: ``lines`` (mrkdwn, already escaped) as one section, cut to fit."""
+    text = "\n".join(lines)
+    if len(text) > _MAX_SECTION:
+        text = text[: _MAX_SECTION - 1].rsplit("\n", 1)[0] + "\n…"
+    return {
+        "response_type": "in_channel" if in_channel else "ephemeral",
+        "text": text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+    }
+
+
+def _launched(report: CycleReport, who: str) -> list[str]:
+    lines = []
+    for decision in report.decisions:
+        if decision.action in ("launched", "adopted"):
+            lines.append(
+                f"{who} started `{decision.tag}` ({_escape(decision.detail)}): job `{decision.job}`"
+            )
+        elif decision.action == "reused":
+            lines.append(f"`{decision.tag}`: reusing {_escape(decision.detail)}")
+        elif decision.action == "published":
+            lines.append(f"`{decision.tag}` is published: {_escape(decision.detail)}")
+        elif decision.action in ("rejected", "launch postponed"):
+            lines.append(f"`{decision.tag}` {decision.action}: {_detail(decision.detail)}")
+    if report.errors and not any(d.action == "launch postponed" for d in report.decisions):
+        lines += [f"Problem: {_detail(error)}" for error in report.errors]
+    return lines or [f"{who} asked for a build; nothing had to be launched."]
+
+
+def _problems(report: CycleReport) -> list[str]:
+    problems = [f"Registry not checked: {_detail(error)}" for error in report.errors]
+    if report.plan is not None:
+        problems += [
+            f"Feed {_escape(o.feed)} failed: {_detail(str(o.error))}" for o in report.plan.failed
+        ]
+        problems += [f"Warning: {_detail(w)}" for w in report.plan.warnings]
+    return problems
+
+
+def _items(lines: Iterable[str]) -> list[str]:
+    items = [f"• {line}" for line in lines]
+    if len(items) > MAX_LINES:
+        return [*items[:MAX_LINES], f"… and {len(items) - MAX_LINES} more"]
+    return items
+
+
+def _due(record: TargetRecord, now: datetime) -> bool:
+    return record.state is TargetState.MISSING or (
+        record.state is TargetState.RETRYING
+        and (record.next_attempt_at is None or record.next_attempt_at <= now)
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _who(user: str) -> str:
+    return f"<@{user}>" if _SLACK_ID.fullmatch(user) else "Someone"
+
+
+def _arches(arches: Sequence[Arch]) -> str:
+    return "+".join(arch.value for arch in arches)
+
+
+def _when(moment: datetime | None) -> str:
+    return "never" if moment is None else moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _detail(text: str | None) -> str:
+    text = " ".join((text or "").split())
+    return _escape(text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…")
+
+
+def _escape(text: str) -> str:
+    """Slack's three control characters, so store or upstream text cannot ping or link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,174 @@
+"""The Prometheus metrics of ``releasebot run``, on a registry of their own.
+
+``ServiceMetrics`` owns a ``CollectorRegistry`` (never the process-global one: tests build
+many, and nothing else in the process should leak into ``/metrics``) and is updated once
+per cycle from the ``CycleReport`` plus two cheap reads of the store (the required
+targets, the feeds' states), and by the runner for leadership and skipped cycles.
+
+The number an operator alerts on is ``releasebot_required_tags_unpublished``: required
+targets whose image is not (yet) in the registry. It rises when a release appears and
+falls when the build publishes; staying above zero for hours means builds are failing or
+paused. Everything else explains why.
+
+Deliberately not here: serving the text format (``web.server``), timing the cycle (the
+runner measures and passes the duration), reading the cluster or the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter as Tally
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+from releasebot.domain.builds import BuildRecord, BuildState
+from releasebot.domain.errors import ReleasebotError
+from releasebot.domain.models import TargetState
+from releasebot.domain.ports import StateStore
+from releasebot.service.reconcile import CycleReport, Decision
+
+log = logging.getLogger("releasebot.metrics")
+
+BUILD_DURATION_BUCKETS = (60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200)
+"""Seconds. A Kaniko driver build takes 5-20 minutes; the Job's deadline is one hour by
+default and can be raised to two."""
+CYCLE_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+"""Seconds. An unchanged cycle takes well under a second; a first one over every feed and
+a large registry some seconds; above the interval cycles start to be skipped."""
+_FINISHING_ACTIONS = frozenset({"build succeeded", "build failed", "rejected"})
+"""Decisions that end a build (see ``ReconcileService._observe`` and ``_create_job``)."""
+
+
+class ServiceMetrics:
+    """Every metric of the service; ``render()`` gives the Prometheus text format."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.targets = Gauge(
+            "releasebot_targets", "Required targets by state.", ["state"], registry=r
+        )
+        self.unpublished = Gauge(
+            "releasebot_required_tags_unpublished",
+            "Required image tags not in the registry yet: the number to alert on.",
+            registry=r,
+        )
+        self.builds_started = Counter(
+            "releasebot_builds_started", "Build Jobs created.", registry=r
+        )
+        self.builds_finished = Counter(
+            "releasebot_builds_finished",
+            "Builds that ended, by result (succeeded, failed) and failure reason.",
+            ["result", "reason"],
+            registry=r,
+        )
+        self.build_duration = Histogram(
+            "releasebot_build_duration_seconds",
+            "From a build's launch to the cycle that saw it end.",
+            buckets=BUILD_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.feed_polls = Counter(
+            "releasebot_feed_polls",
+            "Feed polls by feed and result (changed, unchanged, failed).",
+            ["feed", "result"],
+            registry=r,
+        )
+        self.feed_last_success = Gauge(
+            "releasebot_feed_last_success_timestamp_seconds",
+            "When each feed last answered (Unix time).",
+            ["feed"],
+            registry=r,
+        )
+        self.backlog = Gauge(
+            "releasebot_notification_backlog",
+            "Notifications waiting in the outbox for delivery.",
+            registry=r,
+        )
+        self.cycles = Counter(
+            "releasebot_cycles",
+            "Cycles by outcome: completed, failed, busy (another process held the guard).",
+            ["outcome"],
+            registry=r,
+        )
+        self.cycle_duration = Histogram(
+            "releasebot_cycle_duration_seconds",
+            "Wall time of one reconcile cycle.",
+            buckets=CYCLE_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.last_cycle = Gauge(
+            "releasebot_last_cycle_timestamp_seconds",
+            "When the last cycle completed (Unix time); 0 before the first.",
+            registry=r,
+        )
+        self.is_leader = Gauge(
+            "releasebot_is_leader", "1 while this process leads, else 0.", registry=r
+        )
+        for state in TargetState:
+            self.targets.labels(state.value)
+        for outcome in ("completed", "failed", "busy"):
+            self.cycles.labels(outcome)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def set_leader(self, leader: bool) -> None:
+        self.is_leader.set(1 if leader else 0)
+
+    def cycle_skipped(self, outcome: str) -> None:
+        self.cycles.labels(outcome).inc()
+
+    def observe_cycle(
+        self,
+        report: CycleReport,
+        store: StateStore,
+        *,
+        duration: timedelta,
+        finished_at: datetime,
+    ) -> None:
+        """Record one completed cycle: its decisions and polls, then the store's view."""
+        self.cycles.labels("completed").inc()
+        self.cycle_duration.observe(duration.total_seconds())
+        self.last_cycle.set(finished_at.timestamp())
+        self.builds_started.inc(sum(1 for d in report.decisions if d.action == "launched"))
+        for outcome in report.plan.outcomes if report.plan is not None else ():
+            self.feed_polls.labels(outcome.feed, outcome.status.value).inc()
+        try:
+            self._observe_builds(report.decisions, store.builds)
+            self.observe_store(store)
+        except ReleasebotError as error:  # the cycle is done; the gauges wait for the next
+            log.warning("could not read the store for metrics: %s", error)
+
+    def observe_store(self, store: StateStore) -> None:
+        """Targets by state, the unpublished count, feeds' last success, the backlog."""
+        states = Tally(record.state for record in store.targets())
+        for state in TargetState:
+            self.targets.labels(state.value).set(states.get(state, 0))
+        self.unpublished.set(sum(n for s, n in states.items() if s is not TargetState.PUBLISHED))
+        for feed in store.feed_states():
+            if feed.last_success_at is not None:
+                self.feed_last_success.labels(feed.name).set(feed.last_success_at.timestamp())
+        backlog: Callable[[], int] | None = getattr(store, "outbox_backlog", None)
+        if backlog is not None:
+            self.backlog.set(backlog())
+
+    def _observe_builds(
+        self, decisions: Sequence[Decision], builds: Callable[..., list[BuildRecord]]
+    ) -> None:
+        """Builds that ended this cycle: one store read per target that had one end."""
+        ended = {(d.tag, d.job) for d in decisions if d.action in _FINISHING_ACTIONS and d.job}
+        for tag in sorted({tag for tag, _ in ended}):
+            for build in builds(tag=tag):
+                if (tag, build.job_name) not in ended or build.state.active:
+                    continue
+                succeeded = build.state is BuildState.SUCCEEDED
+                reason = "" if succeeded or build.reason is None else build.reason.value
+                result = "succeeded" if succeeded else "failed"
+                self.builds_finished.labels(result, reason).inc()
+                if build.finished_at is not None:
+                    seconds = (build.finished_at - build.created_at).total_seconds()
+                    self.build_duration.observe(max(0.0, seconds))

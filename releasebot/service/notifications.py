@@ -1,0 +1,162 @@
+"""Use case: drain the outbox into the chat, in order, without losing or repeating a thing.
+
+Events were committed with the state changes they announce (``StateStore.save``); this
+service delivers them later, so Slack being slow, down or rate-limiting never blocks a
+build. One round (``deliver``) takes the due events oldest first:
+
+- per message key strictly in order: an earlier undelivered event of a key holds back the
+  later ones (an update must not overtake the post it edits);
+- a temporary error (network, 5xx, 429) marks the event undelivered with a capped
+  exponential backoff (at least the ``Retry-After``) and ends the round: Slack is not
+  hammered while it is down;
+- a permanent error (bad token, channel, blocks) marks the event undelivered with a long
+  backoff and logs once; it is never dropped. Token or channel problems end the round;
+  a problem with one message only holds back its own key;
+- a success marks the event delivered together with its message ref, in one transaction.
+
+Nothing is sent twice: the notifier searches for an already-posted message before every
+post (see ``notify/slack.py``), which closes the window between Slack's answer and
+``mark_delivered``. This module does not render, talk HTTP, or schedule itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from releasebot.domain.builds import retry_delay
+from releasebot.domain.errors import ChatRejectedError, PermanentError, TemporaryError
+from releasebot.domain.events import Event, MessageRef, StoredEvent
+
+log = logging.getLogger("releasebot.notifications")
+
+
+class Outbox(Protocol):
+    """What delivery needs of the state store (``StateStore`` plus ``outbox_events``)."""
+
+    def pending_events(self, now: datetime, limit: int = 50) -> list[StoredEvent]: ...
+
+    def outbox_events(self, message_key: str) -> list[StoredEvent]:
+        """Every event of ``message_key``, delivered or not, oldest first (by id)."""
+
+    def outbox_backlog(self) -> int: ...
+
+    def mark_delivered(
+        self, event_id: int, now: datetime, ref: MessageRef | None = None
+    ) -> None: ...
+
+    def mark_undelivered(
+        self, event_id: int, error: str, next_attempt_at: datetime, now: datetime
+    ) -> None: ...
+
+    def message_ref(self, message_key: str) -> MessageRef | None: ...
+
+
+class Notifier(Protocol):
+    """Tells one event (``SlackNotifier``); raises ``TemporaryError`` or ``PermanentError``."""
+
+    def deliver(
+        self, stored: StoredEvent, events_for_key: Sequence[Event], ref: MessageRef | None
+    ) -> MessageRef: ...
+
+
+@dataclass(frozen=True)
+class DeliveryOptions:
+    batch_size: int = 50
+    """Events taken per round; the rest wait for the next round."""
+    retry_base: timedelta = timedelta(seconds=30)
+    """Backoff after the first temporary failure; doubles per attempt."""
+    retry_cap: timedelta = timedelta(minutes=15)
+    """Longest backoff for a temporary failure: Slack outages rarely last longer."""
+    permanent_retry: timedelta = timedelta(hours=6)
+    """When an event Slack refused is tried again: after a human had time to fix it."""
+
+
+@dataclass
+class DeliveryReport:
+    delivered: list[int] = field(default_factory=list)
+    postponed: list[int] = field(default_factory=list)
+    """Events that failed this round, marked undelivered with their next attempt time."""
+    held: list[int] = field(default_factory=list)
+    """Events waiting behind an undelivered earlier event of their key."""
+    stopped: str | None = None
+    """Why the round ended early (the error), if it did."""
+    backlog: int = 0
+    """Events still undelivered after the round."""
+
+
+class NotificationService:
+    """Delivers the outbox through a ``Notifier``. Owns retries across rounds."""
+
+    def __init__(
+        self, *, store: Outbox, notifier: Notifier, options: DeliveryOptions = DeliveryOptions()
+    ) -> None:
+        self._store = store
+        self._notifier = notifier
+        self._options = options
+
+    def deliver(self, now: datetime) -> DeliveryReport:
+        """One round: deliver what is due, in order, until done or Slack says stop."""
+        report = DeliveryReport()
+        blocked: set[str] = set()
+        for stored in self._store.pending_events(now, self._options.batch_size):
+            key = stored.event.message_key
+            history = [e for e in self._store.outbox_events(key) if e.id <= stored.id]
+            if key in blocked or any(e.delivered_at is None for e in history[:-1]):
+                blocked.add(key)
+                report.held.append(stored.id)
+                continue
+            ref = self._store.message_ref(key)
+            try:
+                ref = self._notifier.deliver(stored, [e.event for e in history], ref)
+            except TemporaryError as error:
+                self._postpone(stored, error, now, self._backoff(stored, error), report)
+                report.stopped = str(error)
+                break
+            except PermanentError as error:
+                self._postpone(stored, error, now, self._options.permanent_retry, report)
+                blocked.add(key)
+                if isinstance(error, ChatRejectedError) and error.affects_all:
+                    report.stopped = str(error)
+                    break
+                continue
+            self._store.mark_delivered(stored.id, now, ref)
+            report.delivered.append(stored.id)
+        report.backlog = self._store.outbox_backlog()
+        return report
+
+    def _backoff(self, stored: StoredEvent, error: TemporaryError) -> timedelta:
+        delay = retry_delay(
+            stored.attempts + 1, base=self._options.retry_base, cap=self._options.retry_cap
+        )
+        return max(delay, error.retry_after)
+
+    def _postpone(
+        self,
+        stored: StoredEvent,
+        error: TemporaryError | PermanentError,
+        now: datetime,
+        delay: timedelta,
+        report: DeliveryReport,
+    ) -> None:
+        message, next_attempt_at = str(error), now + delay
+        self._store.mark_undelivered(stored.id, message, next_attempt_at, now)
+        report.postponed.append(stored.id)
+        # Logged once per event and error: a refusal retried every few hours is not news.
+        level = logging.DEBUG if stored.last_error == message else _level(error)
+        log.log(
+            level,
+            "event %d (%s, %s) not delivered, next try at %s: %s",
+            stored.id,
+            stored.event.kind.value,
+            stored.event.message_key,
+            next_attempt_at.isoformat(),
+            message,
+        )
+
+
+def _level(error: TemporaryError | PermanentError) -> int:
+    return logging.WARNING if isinstance(error, TemporaryError) else logging.ERROR

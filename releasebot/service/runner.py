@@ -1,0 +1,309 @@
+"""``Runner``: the scheduler loop of ``releasebot run``, one leader at a time.
+
+APScheduler 3.11's ``BackgroundScheduler`` runs three interval jobs on a pool of three
+threads, so a long cycle never delays a lease renewal:
+
+- ``lead`` every third of the lease: acquire or renew the leadership; on a change call
+  ``on_lead_start``/``on_lead_stop`` (Socket Mode connects only on the leader);
+- ``cycle`` every ``interval`` plus up to ``jitter``: ``tick()``;
+- ``deliver`` every ``deliver_every``: the notification delivery callable, leader only.
+
+Every job has ``coalesce=True`` (runs missed while the process was busy or suspended
+become ONE run) and ``max_instances=1`` (a cycle never overlaps itself; a run due while
+the previous one still runs is skipped). ``misfire_grace_time`` is each job's own period:
+APScheduler's default of 1 s silently drops a run that starts a second late (a slow
+thread pool, a GC pause, a suspended node), while a run later than a whole period is
+superseded by the next one, which is at most one period away anyway.
+
+``tick()``: renew the leadership; a follower does nothing. The leader takes the database
+``CycleGuard`` (skipping the cycle if another process holds it: a former leader still
+finishing, a CronJob run), runs the cycle, releases the guard, and updates the metrics.
+
+Shutdown (``stop``): no new runs; the running cycle gets ``shutdown_grace`` to finish.
+Abandoning it after that is safe: a cycle is a sequence of small transactions, each
+step idempotent and repeated by the next cycle (``service.reconcile``), so a process
+ending between or even inside steps never leaves half-written state. The guard is then
+not released (the cycle may still write until the process ends; the advisory lock dies
+with the process, the SQLite row lapses), the lease is.
+
+Deliberately not here: signals and the HTTP server (``wiring``), what a cycle does
+(``service.reconcile``), how leadership is decided (``releasebot.leader``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from releasebot.domain.errors import ReleasebotError
+from releasebot.domain.ports import StateStore
+from releasebot.leader import LeaderElector
+from releasebot.service.metrics import ServiceMetrics
+from releasebot.service.reconcile import CycleReport
+
+log = logging.getLogger("releasebot.runner")
+
+
+class Guard(Protocol):
+    """What the runner needs of ``store.lock.CycleGuard``."""
+
+    def hold(
+        self, holder: str, ttl: timedelta, clock: Callable[[], datetime]
+    ) -> AbstractContextManager[bool]: ...
+
+    def stop_renewing(self) -> None: ...
+
+
+def _nothing() -> None:
+    return None
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    interval: timedelta = timedelta(minutes=5)
+    jitter: timedelta = timedelta(seconds=30)
+    lease: timedelta = timedelta(seconds=30)
+    """The Lease's duration; the leadership is renewed every third of it."""
+    deliver_every: timedelta = timedelta(seconds=10)
+    """Notification latency; Slack allows about one message per second per channel."""
+    guard_ttl: timedelta = timedelta(seconds=60)
+    """How long a SQLite guard row outlives a dead holder (renewed every third of it)."""
+    shutdown_grace: timedelta = timedelta(seconds=20)
+    """Below Kubernetes' default terminationGracePeriodSeconds (30) minus probe slack."""
+    stuck_after: timedelta = timedelta(hours=1)
+    """A cycle running longer than this makes /healthz fail: restart a hung process."""
+
+    @property
+    def stale_after(self) -> timedelta:
+        """A leader whose last cycle is older than this is not ready: two missed cycles."""
+        return self.interval * 2 + self.jitter + timedelta(seconds=60)
+
+
+class Runner:
+    """Schedules the cycle on the leader; ``start``, then ``stop`` once."""
+
+    def __init__(
+        self,
+        *,
+        cycle: Callable[[], CycleReport],
+        elector: LeaderElector,
+        guard: Guard,
+        holder: str,
+        store: StateStore,
+        metrics: ServiceMetrics,
+        ping: Callable[[], None] = _nothing,
+        deliver: Callable[[], object] = _nothing,
+        on_lead_start: Callable[[], None] = _nothing,
+        on_lead_stop: Callable[[], None] = _nothing,
+        socket_connected: Callable[[], bool | None] = _nothing,
+        options: RunnerOptions = RunnerOptions(),
+        clock: Callable[[], datetime] = _utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cycle = cycle
+        self._elector = elector
+        self._guard = guard
+        self._holder = holder
+        self._store = store
+        self._metrics = metrics
+        self._ping = ping
+        self._deliver = deliver
+        self._on_lead_start = on_lead_start
+        self._on_lead_stop = on_lead_stop
+        self._socket_connected = socket_connected
+        self.options = options
+        self._clock = clock
+        self._monotonic = monotonic
+        self._lead_lock = threading.Lock()
+        self._leading = False
+        self._lead_since: datetime | None = None
+        self.last_cycle_at: datetime | None = None
+        self._cycle_started: float | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stopping = threading.Event()
+        self._scheduler: Any = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take the leadership if free, then start the scheduler (first cycle at once)."""
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.triggers.interval import IntervalTrigger
+
+        self.lead()
+        options = self.options
+        scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(3)},
+            job_defaults={"coalesce": True, "max_instances": 1},
+            timezone=UTC,
+        )
+        renew = options.lease / 3
+        jobs: list[tuple[str, Callable[[], object], timedelta, timedelta]] = [
+            ("lead", self.lead, renew, timedelta()),
+            ("cycle", self.tick, options.interval, options.jitter),
+            ("deliver", self.deliver, options.deliver_every, timedelta()),
+        ]
+        now = datetime.now(UTC)  # APScheduler runs on the real clock, whatever ours says
+        for name, function, every, jitter in jobs:
+            scheduler.add_job(
+                function,
+                IntervalTrigger(
+                    seconds=every.total_seconds(), jitter=jitter.total_seconds() or None
+                ),
+                id=name,
+                name=name,
+                misfire_grace_time=max(1, int(every.total_seconds())),
+                next_run_time=now if name == "cycle" else now + every,
+            )
+        scheduler.start()
+        self._scheduler = scheduler
+        log.info(
+            "scheduler started",
+            extra={"interval": options.interval.total_seconds(), "identity": self._holder},
+        )
+
+    def stop(self, grace: timedelta | None = None) -> bool:
+        """Stop scheduling, let a running cycle finish (up to ``grace``), give up the lease.
+
+        True when no cycle was left running; False when one was abandoned (the caller
+        should end the process: the cycle's thread cannot be interrupted).
+        """
+        self._stopping.set()
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+        wait = grace if grace is not None else self.options.shutdown_grace
+        finished = self._idle.wait(wait.total_seconds())
+        if not finished:
+            log.warning(
+                "abandoning the running cycle after %s; it stops between two transactions",
+                wait,
+            )
+            self._guard.stop_renewing()
+        with self._lead_lock:
+            self._set_leading(False)
+            self._elector.release()
+        return finished
+
+    # -- the jobs ------------------------------------------------------------------------
+
+    def lead(self) -> bool:
+        """Acquire or renew the leadership; run the hooks when it changes."""
+        with self._lead_lock:
+            if self._stopping.is_set():
+                return False
+            try:
+                self._elector.ensure()
+            except ReleasebotError as error:
+                log.warning("leader election failed: %s", error)
+            self._set_leading(self._elector.is_leader)
+            return self._leading
+
+    def tick(self) -> str:
+        """One scheduled cycle; returns what happened (for tests and the log):
+        ``follower``, ``busy``, ``completed``, ``failed`` or ``stopping``."""
+        if self._stopping.is_set() or not self.lead():
+            return "stopping" if self._stopping.is_set() else "follower"
+        self._idle.clear()
+        self._cycle_started = self._monotonic()
+        try:
+            return self._guarded_cycle()
+        finally:
+            self._cycle_started = None
+            self._idle.set()
+
+    def deliver(self) -> None:
+        """Deliver pending notifications, on the leader only."""
+        if self._stopping.is_set() or not self._elector.is_leader:
+            return
+        try:
+            self._deliver()
+        except Exception:  # a delivery bug must not stop the loop; logged with traceback
+            log.exception("notification delivery failed")
+
+    # -- probes --------------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        """The loop runs and no cycle has hung: /healthz."""
+        scheduler = self._scheduler
+        if scheduler is None or not scheduler.running or self._stopping.is_set():
+            return False
+        started = self._cycle_started
+        limit = self.options.stuck_after.total_seconds()
+        return started is None or self._monotonic() - started < limit
+
+    def readiness(self) -> tuple[bool, str]:
+        """/readyz: the store answers; a leader cycled recently and its Socket Mode is up."""
+        if self._stopping.is_set():
+            return False, "shutting down"
+        try:
+            self._ping()
+        except ReleasebotError as error:
+            return False, f"store unreachable: {error}"
+        if not self._elector.is_leader:
+            return True, "ready (follower)"
+        since = self.last_cycle_at or self._lead_since
+        if since is not None and self._clock() - since > self.options.stale_after:
+            return False, f"no cycle completed since {since.isoformat()}"
+        if self._socket_connected() is False:
+            return False, "Socket Mode is not connected"
+        return True, "ready (leader)"
+
+    # -- inside ----------------------------------------------------------------------------
+
+    def _guarded_cycle(self) -> str:
+        ttl = self.options.guard_ttl
+        started = self._monotonic()
+        try:
+            with self._guard.hold(self._holder, ttl, self._clock) as held:
+                if not held:
+                    log.info("another process is running a cycle: skipping this one")
+                    self._metrics.cycle_skipped("busy")
+                    return "busy"
+                report = self._cycle()
+        except ReleasebotError as error:
+            log.error("cycle failed: %s", error, extra={"error": type(error).__name__})
+            self._metrics.cycle_skipped("failed")
+            return "failed"
+        except Exception:  # a bug must not end the loop: log it, try again next interval
+            log.exception("cycle failed unexpectedly")
+            self._metrics.cycle_skipped("failed")
+            return "failed"
+        duration = timedelta(seconds=self._monotonic() - started)
+        self.last_cycle_at = finished = self._clock()
+        self._metrics.observe_cycle(report, self._store, duration=duration, finished_at=finished)
+        log.info(
+            "cycle completed",
+            extra={
+                "duration": round(duration.total_seconds(), 3),
+                "decisions": len(report.decisions),
+                "errors": len(report.errors),
+            },
+        )
+        for problem in report.errors:
+            log.warning("cycle problem: %s", problem)
+        return "completed"
+
+    def _set_leading(self, leader: bool) -> None:
+        """Record the leadership (call with ``_lead_lock``); hooks run on a change."""
+        self._metrics.set_leader(leader)
+        if leader == self._leading:
+            return
+        self._leading = leader
+        self._lead_since = self._clock() if leader else None
+        hook, name = (self._on_lead_start, "start") if leader else (self._on_lead_stop, "stop")
+        try:
+            hook()
+        except Exception:  # the hooks are other features' (Socket Mode): never fatal here
+            log.exception("the on_lead_%s hook failed", name)

