@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from releasebot.domain.models import TargetRecord
     from releasebot.domain.ports import Registry
     from releasebot.service.plan import FeedOutcome
-    from releasebot.service.reconcile import CycleReport
+    from releasebot.service.reconcile import CycleReport, ReconcileService
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -144,6 +144,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.set_defaults(handler=_cmd_build)
 
+    recipe = commands.add_parser("recipe", help="the driver image recipe releasebot ships")
+    recipe_commands = recipe.add_subparsers(
+        title="recipe commands", metavar="COMMAND", required=True
+    )
+    configmap = recipe_commands.add_parser(
+        "configmap",
+        parents=[common],
+        help="print the recipe as the ConfigMap the build Jobs mount (kubectl apply -f -)",
+    )
+    configmap.set_defaults(handler=_cmd_recipe_configmap)
+
     db = commands.add_parser("db", help="manage the state store's schema")
     db_commands = db.add_subparsers(title="db commands", metavar="COMMAND", required=True)
     upgrade = db_commands.add_parser(
@@ -239,7 +250,17 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
                     _say(args, "another cycle is running (the database guard is held): skipped")
                     return EXIT_OK
                 report = service.cycle()
+            _deliver(settings, service)
     return _print_report(report, args)
+
+
+def _deliver(settings: Settings, service: ReconcileService) -> None:
+    """Tell Slack what the cycle did (CronJob mode has no other chance to)."""
+    from releasebot.wiring.slack import deliver_now, notification_service
+
+    delivered = deliver_now(notification_service(settings, service.store))
+    if delivered is not None and delivered.backlog:
+        _error(f"{delivered.backlog} notification(s) wait for Slack; the next run sends them")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -273,6 +294,16 @@ def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
     planned = report.plan is not None and bool(report.plan.targets)
     if report.errors or (report.plan is not None and report.plan.failed and not planned):
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def _cmd_recipe_configmap(args: argparse.Namespace) -> int:
+    from releasebot.builders.recipe import recipe_configmap
+
+    settings = _load(args)
+    name = settings.kaniko.context_configmap or "releasebot-recipe"
+    json.dump(recipe_configmap(settings.kubernetes.namespace, name), sys.stdout, indent=2)
+    sys.stdout.write("\n")
     return EXIT_OK
 
 

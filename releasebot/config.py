@@ -156,6 +156,19 @@ class SlackSettings:
 
 
 @dataclass(frozen=True)
+class RecipeSettings:
+    flatcar_base_url: str = "https://{channel}.release.flatcar-linux.net"
+    """Where Flatcar's build artefacts live; ``{channel}`` is replaced (mirrors work)."""
+    nvidia_base_url: str = "https://us.download.nvidia.com/tesla"
+    flatcar_key_fingerprint: str = "F88CFEDEFF29A5B4D9523864E25D9AED0593B34A"
+    flatcar_key_url: str = (
+        "https://www.flatcar.org/security/image-signing-key/Flatcar_Image_Signing_Key.asc"
+    )
+    check_inputs: bool = True
+    """HEAD the inputs before launching (targets wait instead of failing)."""
+
+
+@dataclass(frozen=True)
 class BuildSettings:
     max_concurrent_builds: int = 2
     max_attempts: int = 3
@@ -203,6 +216,7 @@ class Settings:
     kaniko: KanikoSettings = field(default_factory=KanikoSettings)
     build: BuildSettings = field(default_factory=BuildSettings)
     slack: SlackSettings = field(default_factory=SlackSettings)
+    recipe: RecipeSettings = field(default_factory=RecipeSettings)
     run: RunSettings = field(default_factory=RunSettings)
 
     def policy(self) -> Policy:
@@ -233,6 +247,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "kaniko": KanikoSettings,
     "build": BuildSettings,
     "slack": SlackSettings,
+    "recipe": RecipeSettings,
     "run": RunSettings,
 }
 
@@ -288,6 +303,10 @@ def _apply_environment(raw: dict[str, dict[str, Any]], environ: Mapping[str, str
         if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
+        if section in ("service", "port"):
+            # Kubernetes injects RELEASEBOT_SERVICE_HOST, RELEASEBOT_PORT_8080_TCP… for a
+            # Service named releasebot: not settings, never an error.
+            continue
         if section not in _SECTIONS or not key:
             raise ConfigError(name, "unknown setting in the environment")
         text = _EnvText(value)
@@ -591,6 +610,22 @@ def _identity(key: str, value: str) -> str:
     return value
 
 
+_FINGERPRINT_RE = re.compile(r"[0-9A-F]{40}")
+
+
+def _fingerprint(key: str, value: str) -> str:
+    if _FINGERPRINT_RE.fullmatch(value) is None:
+        raise ConfigError(key, "must be a 40-character upper-case hex OpenPGP fingerprint")
+    return value
+
+
+def _http_url(key: str, value: str) -> str:
+    checked = _feed_url(key, value)
+    if not checked.startswith(("http://", "https://")):
+        raise ConfigError(key, "must be an http:// or https:// URL")
+    return checked
+
+
 _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "database.url": _database_url,
     "flatcar.feed_url": _feed_url,
@@ -635,6 +670,10 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "slack.base_url": _api_base_url,
     "slack.feed_alert_after_seconds": _range(60, 30 * 86400),
     "slack.timeout_seconds": _positive,
+    "recipe.flatcar_base_url": _http_url,
+    "recipe.nvidia_base_url": _http_url,
+    "recipe.flatcar_key_fingerprint": _fingerprint,
+    "recipe.flatcar_key_url": _http_url,
     "run.interval_seconds": _range(1, 86400),
     "run.jitter_seconds": _range(0, 3600),
     "run.listen": _listen,

@@ -66,8 +66,13 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")
-        fields = " ".join(f"{k}={v}" for k, v in _extras(record).items() if v not in ("", None))
-        line = f"{stamp} {record.levelname.lower()} {record.name}: {record.getMessage()}"
+        message = record.getMessage()
+        # Fields the message already shows (a decision's tag and job) are not repeated.
+        extras = _extras(record).items()
+        fields = " ".join(
+            f"{k}={v}" for k, v in extras if v not in ("", None) and str(v) not in message
+        )
+        line = f"{stamp} {record.levelname.lower()} {record.name}: {message}"
         line = f"{line} {fields}" if fields else line
         exc = record.exc_text or (self.formatException(record.exc_info) if record.exc_info else "")
         return f"{line}\n{exc}" if exc else line

@@ -21,6 +21,8 @@ DRIVER_LABEL = f"{LABEL_PREFIX}.driver-version"
 FLATCAR_LABEL = f"{LABEL_PREFIX}.flatcar-version"
 KERNEL_LABEL = f"{LABEL_PREFIX}.kernel-version"
 CHANNEL_LABEL = f"{LABEL_PREFIX}.flatcar-channel"
+RECIPE_LABEL = f"{LABEL_PREFIX}.recipe-revision"
+"""Set by the recipe itself (from its ``RECIPE_REVISION`` build arg)."""
 
 BUILD_ARG_NAMES = (
     "DRIVER_VERSION",
@@ -159,6 +161,8 @@ class FailureReason(enum.StrEnum):
     """The build itself failed: the recipe or its inputs need a human."""
     PUSH_FAILED = "PushFailed"
     """Kaniko built the image but could not push it (its log says so): often a blip."""
+    INPUTS_UNAVAILABLE = "InputsUnavailable"
+    """The recipe could not download its inputs (not published yet, or a server down)."""
 
     @property
     def transient(self) -> bool:
@@ -173,6 +177,7 @@ _TRANSIENT = frozenset(
         FailureReason.JOB_DELETED,
         FailureReason.PUSH_UNVERIFIED,
         FailureReason.PUSH_FAILED,
+        FailureReason.INPUTS_UNAVAILABLE,
         FailureReason.BAD_TERMINATION_MESSAGE,
         # A pull error may be a registry blip; a wrong image fails every attempt and ends
         # as "retries exhausted" with this reason, which names the fix.
@@ -237,11 +242,18 @@ def retry_delay(attempt: int, *, base: timedelta, cap: timedelta) -> timedelta:
 
 
 _PUSH_ERROR_MARKERS = ("error pushing image", "failed to push", "push retry")
+# The recipe's fetch-verified script says why it stopped in one line starting with these:
+# inputs not published yet or a server down are worth another attempt; a tampered file,
+# a foreign signature or a runfile that is gone are not.
+_INPUT_MARKERS = ("waiting: ", "unavailable: ")
 
 
 def classify_exit(log_tail: str | None) -> FailureReason:
-    """A non-zero Kaniko exit: a failed push (transient) or a failed build (needs a human)."""
+    """A non-zero Kaniko exit: a failed push or inputs not there yet (transient), or a
+    failed build (needs a human: the log tail says why)."""
     text = (log_tail or "").lower()
     if any(marker in text for marker in _PUSH_ERROR_MARKERS):
         return FailureReason.PUSH_FAILED
+    if any(f"\n{marker}" in f"\n{text}" for marker in _INPUT_MARKERS):
+        return FailureReason.INPUTS_UNAVAILABLE
     return FailureReason.EXIT_CODE

@@ -151,6 +151,10 @@ class ReconcileService:
         return report
 
     @property
+    def store(self) -> StateStore:
+        return self._store
+
+    @property
     def paused(self) -> bool:
         """Whether a person paused launching (``/releasebot pause``); builds still finish."""
         return self._store.flag(PAUSED_FLAG) is not None

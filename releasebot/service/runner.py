@@ -15,9 +15,10 @@ APScheduler's default of 1 s silently drops a run that starts a second late (a s
 thread pool, a GC pause, a suspended node), while a run later than a whole period is
 superseded by the next one, which is at most one period away anyway.
 
-``tick()``: renew the leadership; a follower does nothing. The leader takes the database
-``CycleGuard`` (skipping the cycle if another process holds it: a former leader still
-finishing, a CronJob run), runs the cycle, releases the guard, and updates the metrics.
+``tick()``: renew the leadership; a follower only refreshes the store's gauges. The
+leader takes the database ``CycleGuard`` (skipping the cycle if another process holds it:
+a former leader still finishing, a CronJob run), runs the cycle, releases the guard, and
+updates the metrics.
 
 Shutdown (``stop``): no new runs; the running cycle gets ``shutdown_grace`` to finish.
 Abandoning it after that is safe: a cycle is a sequence of small transactions, each
@@ -171,7 +172,7 @@ class Runner:
         self._scheduler = scheduler
         log.info(
             "scheduler started",
-            extra={"interval": options.interval.total_seconds(), "identity": self._holder},
+            extra={"interval": options.interval.total_seconds(), "holder": self._holder},
         )
 
     def stop(self, grace: timedelta | None = None) -> bool:
@@ -213,8 +214,15 @@ class Runner:
     def tick(self) -> str:
         """One scheduled cycle; returns what happened (for tests and the log):
         ``follower``, ``busy``, ``completed``, ``failed`` or ``stopping``."""
-        if self._stopping.is_set() or not self.lead():
-            return "stopping" if self._stopping.is_set() else "follower"
+        if self._stopping.is_set():
+            return "stopping"
+        if not self.lead():
+            # Followers export the store's gauges too, so no replica reports a stale 0.
+            try:
+                self._metrics.observe_store(self._store)
+            except ReleasebotError as error:
+                log.warning("could not read the store for metrics: %s", error)
+            return "follower"
         self._idle.clear()
         self._cycle_started = self._monotonic()
         try:

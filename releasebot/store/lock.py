@@ -55,7 +55,9 @@ class CycleGuard:
     renew while another thread runs the cycle.
     """
 
-    def __init__(self, engine: Engine, *, name: str = CYCLE_LOCK_NAME, key: int = CYCLE_LOCK):
+    def __init__(
+        self, engine: Engine, *, name: str = CYCLE_LOCK_NAME, key: int = CYCLE_LOCK
+    ) -> None:
         self._engine = engine
         self._name = name
         self._key = key

@@ -64,6 +64,9 @@ namespace = "{kube_api.namespace}"
 kubeconfig = "{kubeconfig}"
 [kaniko]
 context = "{CONTEXT}"
+[recipe]
+# No Flatcar or NVIDIA servers here: the readiness gate has its own tests.
+check_inputs = false
 """,
         encoding="utf-8",
     )

@@ -142,6 +142,15 @@ def test_bad_environment_names_the_key(environ: dict[str, str], key: str) -> Non
     assert caught.value.key == key
 
 
+def test_kubernetes_service_links_are_not_settings() -> None:
+    environ = {
+        "RELEASEBOT_SERVICE_HOST": "10.0.0.1",
+        "RELEASEBOT_PORT": "tcp://10.0.0.1:8080",
+        "RELEASEBOT_PORT_8080_TCP_ADDR": "10.0.0.1",
+    }
+    assert load_settings(None, environ=environ) == load_settings(None, environ={})
+
+
 def test_env_booleans() -> None:
     settings = load_settings(None, environ={"RELEASEBOT_REGISTRY_INSECURE": "yes"})
     assert settings.registry.insecure is True

@@ -1,0 +1,246 @@
+"""``releasebot run``: the scheduler, the leader election, the web server, wired.
+
+Also the database guard ``reconcile --once`` takes, so overlapping CronJob runs are
+harmless. The Slack features plug in through ``RunHooks`` (``wiring/slack.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing, contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from sqlalchemy import Engine
+
+from releasebot.config import Settings
+from releasebot.domain.errors import ConfigError
+from releasebot.service.plan import FeedOutcome
+from releasebot.store.engine import make_engine
+from releasebot.store.sql import SqlStateStore
+
+if TYPE_CHECKING:
+    from releasebot.leader import LeaderElector
+    from releasebot.web.server import SlackHandler
+
+
+from releasebot.wiring.core import reconcile_service, utc_now
+
+
+def run_identity(settings: Settings) -> str:
+    """This replica's name: ``run.identity``, else ``$POD_NAME``, else the host name."""
+    return settings.run.identity or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """Every secret the settings hold, for the log filter that masks them."""
+    values = [settings.registry.password, make_url_password(settings.database.url)]
+    for name in ("bot_token", "signing_secret", "app_token"):
+        try:
+            values.append(settings.slack.secret(name))
+        except ConfigError:  # an unreadable file: the feature using it reports that
+            continue
+    return [value for value in values if value]
+
+
+def make_url_password(url: str) -> str:
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:
+        return ""
+
+
+@contextmanager
+def guarded(settings: Settings, holder: str | None = None) -> Iterator[bool]:
+    """Hold the database's cycle guard for the block (``reconcile --once``); yields whether
+    it is held: False means another process runs a cycle right now."""
+    from releasebot.store.lock import CycleGuard
+
+    engine = make_engine(settings.database.url)
+    try:
+        holder = holder or f"{run_identity(settings)}/{os.getpid()}"
+        with CycleGuard(engine).hold(holder, GUARD_TTL, utc_now) as held:
+            yield held
+    finally:
+        engine.dispose()
+
+
+GUARD_TTL = timedelta(seconds=60)
+"""SQLite guard rows lapse this long after a holder died (renewed every third of it)."""
+
+
+def make_elector(settings: Settings, identity: str) -> LeaderElector:
+    """The Kubernetes Lease elector, or ``AlwaysLeader`` with ``leader_election = "none"``."""
+    from releasebot.leader.memory import AlwaysLeader
+
+    run = settings.run
+    if run.leader_election == "none":
+        return AlwaysLeader(identity)
+    from releasebot.builders.kubernetes import make_kube_client
+    from releasebot.leader.lease import KubernetesLeaseElector
+
+    lease = timedelta(seconds=run.lease_seconds)
+    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    # Each call bounded well under the renewal period, so a hung API server costs one round.
+    timeout = min(timedelta(seconds=5), lease / 4)
+    client = make_kube_client(kubeconfig, settings.kubernetes.namespace, timeout=timeout)
+    # The Lease lives in releasebot's own namespace (the Downward API's POD_NAMESPACE, as
+    # config/base/role.yaml grants it), which may differ from the build namespace.
+    namespace = os.environ.get("POD_NAMESPACE") or settings.kubernetes.namespace
+    return KubernetesLeaseElector(
+        client,
+        name=run.lease_name,
+        namespace=namespace,
+        identity=identity,
+        duration=lease,
+    )
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What other features plug into ``releasebot run``; every one is optional.
+
+    ``on_lead_start``/``on_lead_stop`` run on the scheduler's lease thread when this
+    process gains or loses the leadership (and ``on_lead_stop`` at shutdown): start and
+    stop Socket Mode there, without blocking. ``deliver`` runs every few seconds on the
+    leader only. ``socket_connected`` feeds /readyz on the leader (``None``: not used).
+    ``slack`` answers ``POST /slack/commands`` from the raw body and headers.
+    """
+
+    on_lead_start: Callable[[], None] = lambda: None
+    on_lead_stop: Callable[[], None] = lambda: None
+    deliver: Callable[[], object] = lambda: None
+    socket_connected: Callable[[], bool | None] = lambda: None
+    slack: SlackHandler | None = None
+
+
+def run_service(
+    settings: Settings,
+    *,
+    log_format: str | None = None,
+    quiet: bool = False,
+    stop: threading.Event | None = None,
+) -> int:
+    """``releasebot run``: serve and schedule until SIGTERM/SIGINT (or ``stop`` is set).
+
+    Exit code 0 after a clean shutdown. A cycle still running after the shutdown grace is
+    abandoned by ending the process at once (see ``service.runner``).
+    """
+    from releasebot.logs import configure_logging
+    from releasebot.service.metrics import ServiceMetrics
+    from releasebot.service.runner import Runner, RunnerOptions
+    from releasebot.store.engine import ping
+    from releasebot.store.lock import CycleGuard
+    from releasebot.web.server import HttpServer
+
+    configure_logging(
+        log_format or settings.run.log_format,
+        level=logging.WARNING if quiet else logging.INFO,
+        secrets=secret_values(settings),
+    )
+    stop = stop or threading.Event()
+    _on_signals(stop)
+    run = settings.run
+    identity = run_identity(settings)
+    options = RunnerOptions(
+        interval=timedelta(seconds=run.interval_seconds),
+        jitter=timedelta(seconds=run.jitter_seconds),
+        lease=timedelta(seconds=run.lease_seconds),
+        guard_ttl=GUARD_TTL,
+    )
+    from releasebot.wiring.slack import slack_hooks  # it builds on this module
+
+    elector = make_elector(settings, identity)
+    with (
+        ExitStack() as stack,
+        closing(elector),
+        reconcile_service(settings, _log_feed) as service,
+        _engine(settings.database.url) as engine,
+    ):
+        store = SqlStateStore(engine)
+        hooks = stack.enter_context(slack_hooks(settings, store))
+        metrics = ServiceMetrics()
+        runner = Runner(
+            cycle=service.cycle,
+            elector=elector,
+            guard=CycleGuard(engine),
+            holder=f"{identity}/{os.getpid()}",
+            store=store,
+            metrics=metrics,
+            ping=lambda: ping(engine),
+            deliver=hooks.deliver,
+            on_lead_start=hooks.on_lead_start,
+            on_lead_stop=hooks.on_lead_stop,
+            socket_connected=hooks.socket_connected,
+            options=options,
+        )
+        host, _, port = run.listen.rpartition(":")
+        try:
+            server = HttpServer(
+                host,
+                int(port),
+                alive=runner.alive,
+                ready=runner.readiness,
+                metrics=metrics.render,
+                slack=hooks.slack,
+            )
+        except OSError as error:
+            raise ConfigError("run.listen", f"cannot listen on {run.listen}: {error}") from None
+        runner.start()
+        server.start()
+        logging.getLogger("releasebot.run").info(
+            "releasebot run started", extra={"identity": identity, "listen": run.listen}
+        )
+        stop.wait()
+        logging.getLogger("releasebot.run").info("shutting down")
+        finished = runner.stop()
+        stack.close()  # the Slack hooks, after the leadership was given up
+        server.close()
+        if not finished:
+            logging.shutdown()
+            os._exit(0)  # the cycle's thread cannot be interrupted; its state is safe
+    return 0
+
+
+@contextmanager
+def _engine(url: str) -> Iterator[Engine]:
+    engine = make_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _log_feed(outcome: FeedOutcome) -> None:
+    extra = {"feed": outcome.feed, "result": outcome.status.value}
+    if outcome.error is not None:
+        _feed_log.warning("%s", outcome.error, extra=extra)
+    else:
+        _feed_log.info("feed %s: %s", outcome.feed, outcome.status.value, extra=extra)
+
+
+_feed_log = logging.getLogger("releasebot.feeds")
+
+
+def _on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set ``stop``; a second one ends the process the default way."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # tests run the service in a thread and set ``stop`` themselves
+
+    def handle(number: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        logging.getLogger("releasebot.run").info(
+            "received %s", signal.Signals(number).name, extra={"signal": number}
+        )
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)

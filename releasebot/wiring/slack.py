@@ -1,0 +1,117 @@
+"""The Slack features, wired: outbox delivery, the HTTP slash command, Socket Mode.
+
+Each is on only when its settings are there: delivery needs ``slack.channel`` and the bot
+token; the HTTP endpoint needs the signing secret; Socket Mode the app token. Chat commands
+get a reconcile service of their own (its registry and launcher clients are separate from
+the cycle's), so a slow command never shares a half-used client with a running cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import astuple
+from datetime import timedelta
+
+from releasebot.config import Settings
+from releasebot.domain.errors import ReleasebotError
+from releasebot.domain.ports import StateStore
+from releasebot.service.notifications import DeliveryReport, NotificationService
+from releasebot.wiring.core import reconcile_service, utc_now
+from releasebot.wiring.run import RunHooks
+
+log = logging.getLogger("releasebot.slack")
+
+
+def notification_service(settings: Settings, store: StateStore) -> NotificationService | None:
+    """Delivery of the outbox to the configured channel; ``None`` when Slack is not set up."""
+    slack = settings.slack
+    if not slack.enabled:
+        return None
+    from releasebot.notify.slack import SlackNotifier, make_web_client
+
+    client = make_web_client(
+        slack.secret("bot_token"),
+        base_url=slack.base_url,
+        timeout=timedelta(seconds=slack.timeout_seconds),
+    )
+    notifier = SlackNotifier(client, channel=slack.channel, repository=settings.registry.repository)
+    return NotificationService(store=store, notifier=notifier)
+
+
+def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
+    """One delivery round; a Slack problem is logged, never raised (builds never wait)."""
+    if service is None:
+        return None
+    try:
+        return service.deliver(utc_now())
+    except ReleasebotError as error:
+        log.warning("notifications not delivered: %s", error)
+        return None
+
+
+@contextmanager
+def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
+    """The ``RunHooks`` for ``releasebot run``; everything opened is closed on exit."""
+    slack = settings.slack
+    delivery = notification_service(settings, store)
+    signing_secret = slack.secret("signing_secret")
+    app_token = slack.secret("app_token")
+    if not signing_secret and not app_token:
+        yield RunHooks(deliver=lambda: deliver_now(delivery))
+        return
+    from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
+    from releasebot.service.commands import CommandService
+
+    with ExitStack() as stack:
+        reconciler = stack.enter_context(reconcile_service(settings, lambda _outcome: None))
+        commands = CommandService(store=store, reconciler=reconciler, clock=utc_now)
+        handler = SlashCommandHandler(
+            commands,
+            allowed_users=slack.allowed_users,
+            allowed_channels=slack.allowed_channels,
+        )
+        stack.callback(handler.close)
+        endpoint_call: Callable[[bytes, Mapping[str, str]], tuple[int, str, bytes]] | None = None
+        if signing_secret:
+            endpoint = SlashCommandEndpoint(handler, signing_secret=signing_secret)
+
+            def endpoint_call(body: bytes, headers: Mapping[str, str]) -> tuple[int, str, bytes]:
+                answer = endpoint.handle(body, headers, time.time())
+                status, content_type, payload = astuple(answer)
+                return int(status), str(content_type), bytes(payload)
+
+        if not app_token:
+            yield RunHooks(deliver=lambda: deliver_now(delivery), slack=endpoint_call)
+            return
+        from releasebot.chat.socket import SocketModeFrontDoor
+
+        door = SocketModeFrontDoor(
+            handler,
+            app_token=app_token,
+            base_url=slack.base_url,
+            timeout=timedelta(seconds=slack.timeout_seconds),
+        )
+        stack.callback(door.close)  # before the handler: the door feeds it
+
+        def connect() -> None:
+            if door.connected:
+                return
+            try:
+                door.connect()
+            except ReleasebotError as error:  # /readyz shows it; the next round retries
+                log.warning("Socket Mode not connected: %s", error)
+
+        def leader_round() -> None:
+            connect()  # a lost or refused connection is retried every delivery round
+            deliver_now(delivery)
+
+        yield RunHooks(
+            on_lead_start=connect,
+            on_lead_stop=door.close,
+            deliver=leader_round,
+            socket_connected=lambda: door.connected,
+            slack=endpoint_call,
+        )
