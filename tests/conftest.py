@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
+from tests.feedserver import FeedServer
 
 pytest_plugins = ["tests.registry_fixtures", "tests.kube_fixtures"]
 
@@ -42,6 +45,19 @@ def _no_releasebot_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_data() -> Path:
     """The project's own small fixtures, in the upstream formats."""
     return TEST_DATA
+
+
+@pytest.fixture
+def served_feeds(test_data: Path) -> Iterator[FeedServer]:
+    """The project's small stable and NVIDIA feeds over local HTTP, with ETags:
+    ``/releases-stable.json`` and ``/nvidia.json``."""
+    with FeedServer() as server:
+        for name, path in [
+            ("/releases-stable.json", test_data / "flatcar/releases-stable.json"),
+            ("/nvidia.json", test_data / "nvidia/releases.json"),
+        ]:
+            server.route(name, FeedServer.static(path.read_bytes(), etag='"1"'))
+        yield server
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,20 +24,9 @@ CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "012345678
 
 
 @pytest.fixture
-def feeds(test_data: Path) -> Iterator[FeedServer]:
-    with FeedServer() as server:
-        for name, path in [
-            ("/releases-stable.json", test_data / "flatcar/releases-stable.json"),
-            ("/nvidia.json", test_data / "nvidia/releases.json"),
-        ]:
-            server.route(name, FeedServer.static(path.read_bytes(), etag='"1"'))
-        yield server
-
-
-@pytest.fixture
 def config(
     tmp_path: Path,
-    feeds: FeedServer,
+    served_feeds: FeedServer,
     plain_registry: RunningRegistry,
     registry_name: str,
     kube_api: FakeKubeApi,
@@ -50,11 +38,11 @@ def config(
 [database]
 url = "sqlite:///{tmp_path / "state.db"}"
 [flatcar]
-feed_url = "{feeds.url("/releases-{channel}.json")}"
+feed_url = "{served_feeds.url("/releases-{channel}.json")}"
 channels = ["stable"]
 keep = 1
 [nvidia]
-feed_url = "{feeds.url("/nvidia.json")}"
+feed_url = "{served_feeds.url("/nvidia.json")}"
 branches = ["580"]
 [registry]
 repository = "{plain_registry.repository(registry_name)}"

@@ -10,7 +10,6 @@ A bad setting ends the process at once with exit code 2 and one line naming the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,20 +24,9 @@ TAG = "580.178.04-flatcar4593.2.5"
 
 
 @pytest.fixture
-def feeds(test_data: Path) -> Iterator[FeedServer]:
-    with FeedServer() as server:
-        for name, path in [
-            ("/releases-stable.json", test_data / "flatcar/releases-stable.json"),
-            ("/nvidia.json", test_data / "nvidia/releases.json"),
-        ]:
-            server.route(name, FeedServer.static(path.read_bytes(), etag='"1"'))
-        yield server
-
-
-@pytest.fixture
 def config(
     tmp_path: Path,
-    feeds: FeedServer,
+    served_feeds: FeedServer,
     plain_registry: RunningRegistry,
     registry_name: str,
     kube_api: FakeKubeApi,
@@ -46,8 +34,8 @@ def config(
     return write_config(
         tmp_path / "releasebot.toml",
         database_url=f"sqlite:///{tmp_path / 'state.db'}",
-        flatcar_url=feeds.url("/releases-{channel}.json"),
-        nvidia_url=feeds.url("/nvidia.json"),
+        flatcar_url=served_feeds.url("/releases-{channel}.json"),
+        nvidia_url=served_feeds.url("/nvidia.json"),
         repository=plain_registry.repository(registry_name),
         kubeconfig=kube_api.write_kubeconfig(tmp_path / "kubeconfig"),
         namespace=kube_api.namespace,

