@@ -250,7 +250,7 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
                     _say(args, "another cycle is running (the database guard is held): skipped")
                     return EXIT_OK
                 report = service.cycle()
-            _deliver(settings, service)
+                _deliver(settings, service)  # under the guard: one deliverer at a time
     return _print_report(report, args)
 
 

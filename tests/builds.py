@@ -73,9 +73,19 @@ class KanikoPlayer:
         arch = job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/arch"]
         return path, tag, arch
 
-    def push(self, job_name: str) -> str:
+    def labels(self, job_name: str) -> dict[str, str]:
+        """The ``--label`` arguments of the Job: Kaniko writes them into the image config."""
+        args = self.api.job(job_name)["spec"]["template"]["spec"]["containers"][0]["args"]
+        labels = {}
+        for arg in args:
+            if arg.startswith("--label="):
+                key, _, value = arg.removeprefix("--label=").partition("=")
+                labels[key] = value
+        return labels
+
+    def push(self, job_name: str, labels: dict[str, str] | None = None) -> str:
         path, tag, arch = self.destination(job_name)
-        labels = {"org.opencontainers.image.version": tag}
+        labels = self.labels(job_name) if labels is None else labels
         return self.registry.push_image(path, tag, arch=arch, labels=labels)
 
     def build(self, job_name: str) -> str:

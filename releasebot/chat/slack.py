@@ -36,9 +36,10 @@ from releasebot.domain.errors import ConfigError
 
 log = logging.getLogger("releasebot.chat")
 audit = logging.getLogger("releasebot.audit")
-# slack-sdk's WebhookClient logs the URL and body at DEBUG; the URL is a credential.
+# slack-sdk's WebhookClient logs the URL at DEBUG (the body) and INFO (its retries); the
+# URL is a credential. Its own logger keeps only warnings, which never carry the URL.
 _webhook_log = logging.getLogger("releasebot.chat.response_url")
-_webhook_log.setLevel(logging.INFO)
+_webhook_log.setLevel(logging.WARNING)
 
 SLACK_RESPONSE_URL_PREFIX = "https://hooks.slack.com/"
 MAX_BODY_BYTES = 16 * 1024

@@ -161,6 +161,8 @@ class FailureReason(enum.StrEnum):
     """The build itself failed: the recipe or its inputs need a human."""
     PUSH_FAILED = "PushFailed"
     """Kaniko built the image but could not push it (its log says so): often a blip."""
+    WRONG_CONTENT = "WrongContent"
+    """The pushed image's labels name another driver, release or kernel than its tag."""
     INPUTS_UNAVAILABLE = "InputsUnavailable"
     """The recipe could not download its inputs (not published yet, or a server down)."""
 

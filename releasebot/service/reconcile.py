@@ -23,6 +23,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from releasebot.domain.builds import (
+    DRIVER_LABEL,
+    FLATCAR_LABEL,
+    KERNEL_LABEL,
     BuildRecord,
     BuildRequest,
     BuildState,
@@ -213,16 +216,19 @@ class ReconcileService:
     ) -> list[TargetRecord]:
         """``targets`` with the state the registry's tag list gives them (O(pages) requests).
 
-        A tag that exists is published, whoever pushed it; one that vanished is missing
-        again. Digests are not read here (that would cost a request per target): they are
-        known for what releasebot built and verified itself.
+        A tag that exists is published, whoever pushed it, unless one of our builds for it
+        failed verification; one that vanished is missing again. Digests are not read here
+        (that would cost a request per target): they are known for what releasebot built
+        and verified itself.
         """
         now = self._clock()
         checked = []
         for record in targets:
             present = record.tag in tags
-            settled = (TargetState.PUBLISHED, TargetState.BUILDING, TargetState.STALE)
-            if present and record.state not in settled:
+            # Only a target no build of ours has judged is published by presence: after a
+            # failed verification (wrong digest, wrong labels) the tag holds the wrong image.
+            unjudged = (TargetState.UNKNOWN, TargetState.MISSING, TargetState.WAITING)
+            if present and record.state in unjudged:
                 record = _published(record, record.digest, now)
                 self._decide(report, "published", record.tag, "found in the registry")
             elif not present and record.state in (
@@ -523,7 +529,31 @@ class ReconcileService:
                 reason=FailureReason.PUSH_UNVERIFIED,
                 message=f"Kaniko reported {digest}, the registry has {actual or 'no such tag'}",
             )
+        try:
+            wrong = self._wrong_labels(build, digest)
+        except ReleasebotError as error:
+            report.errors.append(str(error))
+            return None
+        if wrong:
+            return _finished(build, now, reason=FailureReason.WRONG_CONTENT, message=wrong)
         return replace(build, state=BuildState.SUCCEEDED, digest=digest, finished_at=now)
+
+    def _wrong_labels(self, build: BuildRecord, digest: str) -> str | None:
+        """Whether the pushed image says it holds another driver, release or kernel than
+        its tag promises (a recipe that ignored its build args); ``None`` when it matches."""
+        record = self._store.target(build.tag)
+        if record is None:
+            return None
+        labels = self._registry.labels(digest)
+        expected = {
+            DRIVER_LABEL: record.driver_version,
+            FLATCAR_LABEL: record.flatcar_version,
+            KERNEL_LABEL: record.kernel_release,
+        }
+        for key, value in expected.items():
+            if labels.get(key) != value:
+                return f"image label {key} is {labels.get(key)!r}, the tag promises {value!r}"
+        return None
 
     def _settle(self, record: TargetRecord, report: CycleReport) -> None:
         builds = [b for b in self._store.builds(tag=record.tag) if b.attempt == record.attempts]

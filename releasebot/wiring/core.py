@@ -219,13 +219,16 @@ def recipe_args(settings: Settings) -> tuple[tuple[str, str], ...]:
     from releasebot.builders.recipe import recipe_revision
 
     recipe = settings.recipe
-    return (
+    args = (
         ("FLATCAR_BASE_URL", recipe.flatcar_base_url),
         ("NVIDIA_BASE_URL", recipe.nvidia_base_url),
         ("FLATCAR_KEY_FINGERPRINT", recipe.flatcar_key_fingerprint),
         ("FLATCAR_KEY_URL", recipe.flatcar_key_url),
-        ("RECIPE_REVISION", recipe_revision()),
     )
+    if settings.kaniko.context:  # a git recipe of the operator's own: its revision is its commit
+        return args
+    # The shipped recipe, installed with `releasebot recipe configmap` from this very version.
+    return (*args, ("RECIPE_REVISION", recipe_revision()))
 
 
 @contextmanager

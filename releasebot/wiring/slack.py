@@ -14,13 +14,19 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import astuple
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from releasebot.config import Settings
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
 from releasebot.service.notifications import DeliveryReport, NotificationService
 from releasebot.wiring.core import reconcile_service, utc_now
-from releasebot.wiring.run import RunHooks
+from releasebot.wiring.run import RunHooks, guarded
+
+if TYPE_CHECKING:
+    from releasebot.chat.commands import Command
+    from releasebot.chat.slack import Payload
+    from releasebot.service.commands import CommandService
 
 log = logging.getLogger("releasebot.slack")
 
@@ -41,6 +47,16 @@ def notification_service(settings: Settings, store: StateStore) -> NotificationS
     return NotificationService(store=store, notifier=notifier)
 
 
+def deliver_guarded(settings: Settings, service: NotificationService | None) -> None:
+    """A delivery round under the cycle guard: during a leadership hand-over the old and
+    the new leader never search-then-post the same event at once."""
+    if service is None:
+        return
+    with guarded(settings) as held:
+        if held:
+            deliver_now(service)
+
+
 def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
     """One delivery round; a Slack problem is logged, never raised (builds never wait)."""
     if service is None:
@@ -52,6 +68,28 @@ def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
         return None
 
 
+class GuardedCommands:
+    """Runs the commands that write (plan, missing, build, retry) under the database's
+    cycle guard, so a command on any replica never writes while a cycle does; when a cycle
+    holds the guard the person is asked to try again in a moment."""
+
+    WRITING = frozenset({"plan", "missing", "build", "retry"})
+
+    def __init__(self, inner: CommandService, settings: Settings) -> None:
+        self._inner = inner
+        self._settings = settings
+
+    def run(self, command: Command, user: str) -> Payload:
+        if command.verb.value not in self.WRITING:
+            return self._inner.run(command, user)
+        with guarded(self._settings) as held:
+            if not held:
+                from releasebot.chat.slack import ephemeral
+
+                return ephemeral("A build cycle is running right now; try again in a minute.")
+            return self._inner.run(command, user)
+
+
 @contextmanager
 def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
     """The ``RunHooks`` for ``releasebot run``; everything opened is closed on exit."""
@@ -60,7 +98,7 @@ def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
     signing_secret = slack.secret("signing_secret")
     app_token = slack.secret("app_token")
     if not signing_secret and not app_token:
-        yield RunHooks(deliver=lambda: deliver_now(delivery))
+        yield RunHooks(deliver=lambda: deliver_guarded(settings, delivery))
         return
     from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
     from releasebot.service.commands import CommandService
@@ -69,7 +107,7 @@ def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
         reconciler = stack.enter_context(reconcile_service(settings, lambda _outcome: None))
         commands = CommandService(store=store, reconciler=reconciler, clock=utc_now)
         handler = SlashCommandHandler(
-            commands,
+            GuardedCommands(commands, settings),
             allowed_users=slack.allowed_users,
             allowed_channels=slack.allowed_channels,
         )
@@ -84,7 +122,7 @@ def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
                 return int(status), str(content_type), bytes(payload)
 
         if not app_token:
-            yield RunHooks(deliver=lambda: deliver_now(delivery), slack=endpoint_call)
+            yield RunHooks(deliver=lambda: deliver_guarded(settings, delivery), slack=endpoint_call)
             return
         from releasebot.chat.socket import SocketModeFrontDoor
 
@@ -106,7 +144,7 @@ def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
 
         def leader_round() -> None:
             connect()  # a lost or refused connection is retried every delivery round
-            deliver_now(delivery)
+            deliver_guarded(settings, delivery)
 
         yield RunHooks(
             on_lead_start=connect,

@@ -253,6 +253,22 @@ def test_a_digest_the_registry_does_not_hold_is_not_published(rig: Rig) -> None:
     assert rig.target(build.tag).state is TargetState.RETRYING
 
 
+def test_an_image_whose_labels_contradict_its_tag_is_not_published(rig: Rig) -> None:
+    rig.cycle()
+    job = rig.kaniko.job_names()[0]
+    labels = {**rig.kaniko.labels(job), "releasebot.driver-version": "470.256.02"}
+    digest = rig.kaniko.push(job, labels=labels)  # a recipe that ignored DRIVER_VERSION
+    rig.kaniko.api.succeed(job, digest)
+    rig.cycle()
+    [build] = [b for b in rig.store.builds() if b.job_name == job]
+    assert build.reason is FailureReason.WRONG_CONTENT
+    assert "470.256.02" in (build.message or "")
+    record = rig.target(build.tag)
+    assert record.state is TargetState.FAILED  # permanent: the recipe needs a human
+    rig.cycle()
+    assert rig.target(build.tag).state is TargetState.FAILED  # the tag exists, still wrong
+
+
 def test_garbage_termination_message_is_a_retryable_failure(rig: Rig) -> None:
     rig.cycle()
     job = rig.kaniko.job_names()[0]

@@ -56,7 +56,7 @@ CONFIG_PATH = "/etc/releasebot/releasebot.toml"
 PLACEHOLDER = "REPLACE-ME"
 LEASE = "releasebot-leader"
 ROLE_RULES = {
-    ("batch", "jobs", (), verb) for verb in ("create", "get", "list", "watch", "delete")
+    ("batch", "jobs", (), verb) for verb in ("create", "get", "delete")
 } | {
     ("", "pods", (), "get"),
     ("", "pods", (), "list"),

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
+from releasebot.config import load_settings
 from releasebot.domain.builds import (
     BUILD_ARG_NAMES,
     CHANNEL_LABEL,
@@ -34,6 +35,7 @@ from releasebot.domain.builds import (
     KERNEL_LABEL,
     LABEL_PREFIX,
 )
+from releasebot.wiring.core import recipe_args
 
 RECIPE = Path(__file__).resolve().parents[2] / "releasebot" / "recipe"
 DOCKERFILE = RECIPE / "Dockerfile"
@@ -113,6 +115,18 @@ def test_every_build_arg_the_bot_passes_is_declared_and_used() -> None:
         for stage in STAGES:
             if name in stage.used:
                 assert name in stage.args, f"{name} used in stage {stage.name} without ARG"
+
+
+def test_every_extra_arg_the_bot_passes_is_declared_with_the_same_default() -> None:
+    # What wiring really hands every build beyond the contract, plus the readiness gate's.
+    settings = load_settings(None, environ={})
+    extra = dict(recipe_args(settings))
+    builder = STAGES[0].args
+    for name in [*extra, "GCC_MAJOR"]:
+        assert name in builder, f"the bot passes {name}, the recipe does not declare it"
+    for name, value in extra.items():
+        if name != "RECIPE_REVISION":  # computed from the files; the recipe's is a fallback
+            assert builder[name] == value, f"{name}: the recipe's default differs from the bot's"
 
 
 def test_every_arg_without_a_default_is_one_the_bot_passes() -> None:
