@@ -55,9 +55,7 @@ PORT = 8080
 CONFIG_PATH = "/etc/releasebot/releasebot.toml"
 PLACEHOLDER = "REPLACE-ME"
 LEASE = "releasebot-leader"
-ROLE_RULES = {
-    ("batch", "jobs", (), verb) for verb in ("create", "get", "delete")
-} | {
+ROLE_RULES = {("batch", "jobs", (), verb) for verb in ("create", "get", "delete")} | {
     ("", "pods", (), "get"),
     ("", "pods", (), "list"),
     ("", "pods/log", (), "get"),
