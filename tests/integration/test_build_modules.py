@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import missing_tool
+
 SCRIPT = Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "build-modules"
 KV = "6.12.102-flatcar"
 BANNER = f"Linux version {KV} (build@host) (gcc 14.3.0, GNU ld 2.44) #1 SMP PREEMPT_DYNAMIC 2026"
@@ -36,7 +38,7 @@ def require(tool: str) -> str:
     if path is None:
         if os.environ.get("CI"):
             pytest.fail(f"{tool} is not installed; CI must install it (apt-get install {tool})")
-        pytest.skip(f"{tool} is not installed")
+        missing_tool(f"{tool} is not installed")
     return path
 
 

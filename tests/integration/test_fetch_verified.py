@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.feedserver import FeedServer, Reply
+from tests.tools import missing_tool
 
 SCRIPT = (
     Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "fetch-verified"
@@ -42,7 +43,11 @@ FILES = {
 }
 PAST = 1577836800  # 2020-01-01: keys "of an old release" are made then, at a faked time
 
-pytestmark = pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed")
+
+@pytest.fixture(autouse=True)
+def _gpg() -> None:
+    if shutil.which("gpg") is None:
+        missing_tool("gpg is not installed (apt-get install gnupg)")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import missing_tool
+
 SCRIPT = Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "kernel-banner"
 RELEASE = "6.12.102-flatcar"
 BANNER = (
@@ -78,7 +80,7 @@ def test_the_banner_comes_out_of_a_compressed_bzimage(
 
 def test_a_zstd_payload_is_read_too(tmp_path: Path) -> None:
     if shutil.which("zstd") is None:
-        pytest.skip("zstd is not installed")
+        missing_tool("zstd is not installed")
     raw = tmp_path / "kernel"
     raw.write_bytes(kernel(BANNER))
     subprocess.run(["zstd", "-q", "-f", str(raw), "-o", str(tmp_path / "kernel.zst")], check=True)

@@ -39,6 +39,7 @@ from releasebot.registry import DOCKER_MANIFEST, OCI_MANIFEST
 from releasebot.registry.oras import OrasRegistry
 from tests.feedserver import FeedServer, RecordedRequest, Reply
 from tests.registryserver import RunningRegistry, free_port
+from tests.tools import missing_tool
 
 TAG = "580.95.05-flatcar4459.2.1"
 DIGEST = "sha256:" + "ab" * 32
@@ -236,7 +237,7 @@ def test_index_is_understood_by_an_independent_client(
 ) -> None:
     skopeo = shutil.which("skopeo")
     if skopeo is None:
-        pytest.skip("skopeo not installed (apt-get install skopeo)")
+        missing_tool("skopeo not installed (apt-get install skopeo)")
     amd64 = plain_registry.push_image(registry_name, "a", arch="amd64", labels={"k": "amd"})
     arm64 = plain_registry.push_image(registry_name, "b", arch="arm64", labels={"k": "arm"})
     registry = _registry(plain_registry.repository(registry_name), sleeps, insecure=True)
