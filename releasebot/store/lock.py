@@ -22,6 +22,8 @@ election (``releasebot.leader``), serialising single writes (``engine.lock_write
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -224,12 +226,12 @@ class CycleGuard:
             if row is None:
                 conn.execute(insert(locks).values(name=self._name, **values))
                 return True
-            if row.holder != holder and row.expires_at > now:
+            if row.holder != holder and row.expires_at > now and not holder_died(row.holder):
                 return False
             conn.execute(update(locks).where(locks.c.name == self._name).values(**values))
             if row.holder != holder:
                 log.warning(
-                    "took over the cycle guard from %s, whose lease had lapsed",
+                    "took over the cycle guard from %s, whose lease had lapsed or who died",
                     row.holder,
                     extra={"guard": self._name},
                 )
@@ -258,3 +260,28 @@ class CycleGuard:
                     return
             except ReleasebotError as error:  # the database blipped: try again next time
                 log.warning("could not renew the cycle guard: %s", error)
+
+
+def local_holder(identity: str) -> str:
+    """``<identity>@<host>:<pid>``: a holder name another process on this host can check."""
+    return f"{identity}@{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_died(holder: str) -> bool:
+    """True when ``holder`` names a process on THIS host that no longer exists.
+
+    Only then may a lease row be taken before it lapses (a ``reconcile --once`` killed
+    mid-cycle must not block the next CronJob run for a minute). A holder on another host,
+    or one whose process may still run, is left alone.
+    """
+    _, _, place = holder.rpartition("@")
+    host, _, pid_text = place.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # someone else's live process
+        return False
+    return False

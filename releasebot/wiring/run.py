@@ -31,12 +31,19 @@ if TYPE_CHECKING:
     from releasebot.web.server import SlackHandler
 
 
+from releasebot.store.lock import local_holder
 from releasebot.wiring.core import reconcile_service, utc_now
 
 
 def run_identity(settings: Settings) -> str:
     """This replica's name: ``run.identity``, else ``$POD_NAME``, else the host name."""
     return settings.run.identity or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def guard_holder(identity: str) -> str:
+    """Who holds the cycle guard: ``<identity>@<host>:<pid>``, so a process on the same host
+    can tell that a holder died (``store.lock``) instead of waiting for its row to lapse."""
+    return local_holder(identity)
 
 
 def secret_values(settings: Settings) -> list[str]:
@@ -65,7 +72,7 @@ def guarded(settings: Settings, holder: str | None = None) -> Iterator[bool]:
 
     engine = make_engine(settings.database.url)
     try:
-        holder = holder or f"{run_identity(settings)}/{os.getpid()}"
+        holder = holder or guard_holder(run_identity(settings))
         with CycleGuard(engine).hold(holder, GUARD_TTL, utc_now) as held:
             yield held
     finally:
@@ -171,7 +178,7 @@ def run_service(
             cycle=service.cycle,
             elector=elector,
             guard=CycleGuard(engine),
-            holder=f"{identity}/{os.getpid()}",
+            holder=guard_holder(identity),
             store=store,
             metrics=metrics,
             ping=lambda: ping(engine),

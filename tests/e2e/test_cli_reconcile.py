@@ -8,8 +8,14 @@ busy or published target without --force), and bad arguments as one line with ex
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +25,7 @@ from tests.builds import KanikoPlayer
 from tests.feedserver import FeedServer
 from tests.kubeapi import FakeKubeApi
 from tests.registryserver import RunningRegistry
+from tests.slackapi import BOT_TOKEN, CHANNEL, SlackApi
 
 CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
 
@@ -179,3 +186,72 @@ def test_reconcile_without_once_is_a_usage_error(
     code, _, err = run(capsys, "reconcile", "--config", str(config))
     assert code == 2
     assert "--once" in err
+
+
+class _BlackHole:
+    """A TCP port that accepts connections and never answers: a Slack that hangs."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/api/"
+        self.accepted = threading.Event()
+        self._clients: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.socket.accept()
+                self._clients.append(client)
+                self.accepted.set()
+
+    def close(self) -> None:
+        self.socket.close()
+        for client in self._clients:
+            client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_process_killed_between_commit_and_delivery_loses_no_message(
+    config: Path,
+    tmp_path: Path,
+    kube_api: FakeKubeApi,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hole = _BlackHole()
+    hung = tmp_path / "hung.toml"
+    hung.write_text(
+        config.read_text() + f'[slack]\nchannel = "{CHANNEL}"\nbase_url = "{hole.url}"\n'
+        "timeout_seconds = 30.0\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELEASEBOT_")}
+    env["RELEASEBOT_SLACK_BOT_TOKEN"] = BOT_TOKEN
+    process = subprocess.Popen(  # the cycle commits, then delivery hangs on Slack...
+        [sys.executable, "-m", "releasebot", "reconcile", "--once", "-q", "--config", str(hung)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert hole.accepted.wait(30), "the cycle never reached delivery"
+        process.kill()  # ...and the process dies there: SIGKILL, nothing runs after it
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        hole.close()
+    [job] = [j["metadata"]["name"] for j in kube_api.jobs()]
+    with SlackApi() as slack:
+        healthy = tmp_path / "healthy.toml"
+        healthy.write_text(hung.read_text().replace(hole.url, slack.base_url), encoding="utf-8")
+        monkeypatch.setenv("RELEASEBOT_SLACK_BOT_TOKEN", BOT_TOKEN)
+        for _ in range(2):  # the restart delivers; a further run sends nothing again
+            code, _, err = run(capsys, "reconcile", "--once", "-q", "--config", str(healthy))
+            assert code == 0, err
+        messages = [m for m in slack.messages() if m.thread_ts is None]
+    assert len(messages) == 1
+    assert TAG in messages[0].text
+    assert [j["metadata"]["name"] for j in kube_api.jobs()] == [job]  # no second Job either
