@@ -20,8 +20,9 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
+
+from tests.servers import Started
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class RecordedRequest:
 Route = Reply | Callable[[RecordedRequest], Reply]
 
 
-class FeedServer:
+class FeedServer(Started):
     """A threaded HTTP server with settable routes; unknown paths answer 404."""
 
     def __init__(self) -> None:
@@ -82,17 +83,6 @@ class FeedServer:
             self._thread.join(timeout=5)
         self._server = None
         self._thread = None
-
-    def __enter__(self) -> FeedServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- configuration -----------------------------------------------------------------
 

@@ -45,7 +45,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 import aiohttp.web
@@ -53,6 +52,8 @@ import httpx2
 import kmock
 from lightkube import Client, KubeConfig
 from lightkube.config.models import Cluster, User
+
+from tests.servers import Started
 
 T = TypeVar("T")
 
@@ -98,7 +99,7 @@ class Fault:
     path_contains: str | None = None
 
 
-class FakeKubeApi:
+class FakeKubeApi(Started):
     """The fake API server and the controls a test uses to play the cluster.
 
     Use as a context manager (or ``start``/``stop``)::
@@ -177,17 +178,6 @@ class FakeKubeApi:
         self._thread = None
         self._loop = None
         self._emulator = None
-
-    def __enter__(self) -> FakeKubeApi:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- connecting --------------------------------------------------------------------
 

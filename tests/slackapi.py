@@ -26,9 +26,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from tests.servers import Started
 
 BOT_TOKEN = "xoxb-test-token"
 APP_TOKEN = "xapp-test-token"
@@ -74,7 +75,7 @@ class _Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class SlackApi:
+class SlackApi(Started):
     """The fake Web API; ``base_url`` is what ``WebClient(base_url=...)`` takes."""
 
     def __init__(
@@ -118,17 +119,6 @@ class SlackApi:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = self._thread = None
-
-    def __enter__(self) -> SlackApi:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def base_url(self) -> str:

@@ -25,14 +25,15 @@ import json
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from tests.servers import Started
 
-class FakeSocketModeSlack:
+
+class FakeSocketModeSlack(Started):
     def __init__(self, app_token: str) -> None:
         self.app_token = app_token
         self.opened = 0
@@ -93,17 +94,6 @@ class FakeSocketModeSlack:
             self._ws_thread.join(timeout=10)
             assert not self._ws_thread.is_alive(), "websocket server did not stop"
         self._ws_server = None
-
-    def __enter__(self) -> FakeSocketModeSlack:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- what the test sees ------------------------------------------------------------
 

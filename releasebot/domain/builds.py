@@ -236,6 +236,11 @@ class BuildRecord:
     log_tail: str | None = None
     finished_at: datetime | None = None
 
+    @property
+    def order(self) -> tuple[datetime, str, str, int]:
+        """How every store lists builds: oldest first, then by tag, arch and attempt."""
+        return (self.created_at, self.tag, self.arch.value, self.attempt)
+
 
 def retry_delay(attempt: int, *, base: timedelta, cap: timedelta) -> timedelta:
     """Capped exponential backoff before attempt ``attempt + 1`` (attempt counts from 1)."""

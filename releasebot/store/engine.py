@@ -20,7 +20,8 @@ Nothing here connects: an engine connects on first use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,33 @@ def lock_writes(conn: Connection, key: int = STORE_WRITE_LOCK) -> None:
         milliseconds = max(1, int(wait.total_seconds() * 1000))
         conn.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+@contextmanager
+def transaction(
+    engine: Engine, *, write: bool = False, serialize: bool = False
+) -> Iterator[Connection]:
+    """One transaction on its own connection, committed if the block succeeds; every
+    SQLAlchemy error comes out as ``StoreUnavailableError`` or ``StoreError``.
+
+    ``write`` starts SQLite's transaction with ``BEGIN IMMEDIATE`` (writers queue instead of
+    failing); ``serialize`` also takes the store's write lock on PostgreSQL first
+    (``lock_writes``), so store writers there queue the same way.
+    """
+    try:
+        conn = engine.connect()
+    except exc.SQLAlchemyError as error:
+        raise translate_error(error, engine.url, connecting=True) from error
+    try:
+        with conn:
+            if write:
+                conn.execution_options(**{WRITE: True})
+            with conn.begin():
+                if serialize:
+                    lock_writes(conn)
+                yield conn
+    except exc.SQLAlchemyError as error:
+        raise translate_error(error, engine.url) from error
 
 
 def ping(engine: Engine) -> None:

@@ -26,14 +26,14 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from types import TracebackType
 
 from sqlalchemy import Connection, Engine, delete, exc, insert, select, text, update
 
 from releasebot.domain.errors import ReleasebotError
-from releasebot.store.engine import WRITE, translate_error
+from releasebot.store.engine import transaction, translate_error
 from releasebot.store.tables import locks
 
 log = logging.getLogger("releasebot.guard")
@@ -237,21 +237,9 @@ class CycleGuard:
                 )
             return True
 
-    @contextmanager
-    def _transaction(self) -> Iterator[Connection]:
+    def _transaction(self) -> AbstractContextManager[Connection]:
         """One write transaction (``BEGIN IMMEDIATE`` on SQLite); errors translated."""
-        url = self._engine.url
-        try:
-            conn = self._engine.connect()
-        except exc.SQLAlchemyError as error:
-            raise translate_error(error, url, connecting=True) from error
-        try:
-            with conn:
-                conn.execution_options(**{WRITE: True})
-                with conn.begin():
-                    yield conn
-        except exc.SQLAlchemyError as error:
-            raise translate_error(error, url) from error
+        return transaction(self._engine, write=True)
 
     def _keep(self, stop: threading.Event, every: timedelta, clock: Callable[[], datetime]) -> None:
         while not stop.wait(every.total_seconds()):

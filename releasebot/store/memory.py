@@ -193,7 +193,7 @@ class MemoryStateStore:
                 for build in self._builds.values()
                 if (tag is None or build.tag == tag) and (not active_only or build.state.active)
             ]
-        return sorted(found, key=lambda b: (b.created_at, b.tag, b.arch.value, b.attempt))
+        return sorted(found, key=lambda build: build.order)
 
     def save(
         self,

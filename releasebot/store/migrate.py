@@ -24,11 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, exc, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 
 from releasebot.domain.errors import StoreError
-from releasebot.store.engine import MIGRATION_LOCK, WRITE, lock_writes, make_engine, translate_error
+from releasebot.store.engine import MIGRATION_LOCK, lock_writes, make_engine, transaction
 
 if TYPE_CHECKING:  # Alembic is imported only when a migration really runs (start-up cost)
     from alembic.config import Config
@@ -157,18 +157,8 @@ def _connection(engine_or_url: EngineOrUrl, *, write: bool = False) -> Iterator[
     else:
         engine, owned = make_engine(engine_or_url), True
     try:
-        try:
-            conn = engine.connect()
-        except exc.SQLAlchemyError as error:
-            raise translate_error(error, engine.url, connecting=True) from error
-        try:
-            with conn:
-                if write:
-                    conn.execution_options(**{WRITE: True})
-                with conn.begin():
-                    yield conn
-        except exc.SQLAlchemyError as error:
-            raise translate_error(error, engine.url) from error
+        with transaction(engine, write=write) as conn:
+            yield conn
     finally:
         if owned:
             engine.dispose()

@@ -17,12 +17,12 @@ the outbox, message ref and flag statements live in ``outbox.py``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Table, bindparam, exc, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, or_, select, update
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.events import Event, MessageRef, StoredEvent
@@ -38,7 +38,7 @@ from releasebot.domain.models import (
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.store import outbox
-from releasebot.store.engine import WRITE, lock_writes, translate_error
+from releasebot.store.engine import transaction
 from releasebot.store.limits import fit_error, fit_log, kept_validators
 from releasebot.store.tables import (
     builds,
@@ -188,7 +188,7 @@ class SqlStateStore:
             query = query.where(builds.c.state.in_(active))
         with self._transaction() as conn:
             records = [_build_record(row) for row in conn.execute(query)]
-        return sorted(records, key=lambda b: (b.created_at, b.tag, b.arch.value, b.attempt))
+        return sorted(records, key=lambda build: build.order)
 
     def save(
         self,
@@ -256,28 +256,10 @@ class SqlStateStore:
             outbox.set_flag(conn, name, value, now)
             outbox.insert_events(conn, events)
 
-    @contextmanager
-    def _transaction(self, *, write: bool = False) -> Iterator[Connection]:
-        """One transaction; SQLAlchemy errors come out as releasebot's store errors.
-
-        A ``write`` transaction waits for every other writer first (see the module
-        docstring): on PostgreSQL the advisory lock is its first statement.
-        """
-        url = self._engine.url
-        try:
-            conn = self._engine.connect()
-        except exc.SQLAlchemyError as error:
-            raise translate_error(error, url, connecting=True) from error
-        try:
-            with conn:
-                if write:
-                    conn.execution_options(**{WRITE: True})
-                with conn.begin():
-                    if write:
-                        lock_writes(conn)
-                    yield conn
-        except exc.SQLAlchemyError as error:
-            raise translate_error(error, url) from error
+    def _transaction(self, *, write: bool = False) -> AbstractContextManager[Connection]:
+        """One transaction; a ``write`` one waits for every other writer first (see the
+        module docstring): on PostgreSQL the advisory lock is its first statement."""
+        return transaction(self._engine, write=write, serialize=write)
 
 
 def _record_body(
