@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.feedserver import FeedServer  # noqa: E402
-from tests.registryserver import run_registry  # noqa: E402
+from tests.support.feedserver import FeedServer  # noqa: E402
+from tests.support.registryserver import run_registry  # noqa: E402
 
 CHANNELS = {
     "stable": "releases-stable.2026-08-13.json",

@@ -2,7 +2,7 @@
 
 Real parts: a docker-registry on loopback holding the 990 tags, SQLite, HTTP feeds on
 loopback (synthetic: 100 stable releases x 10 drivers of one branch). The Kubernetes API is
-the in-process fake (tests/kubeapi.py); its server threads are not counted in the CPU time,
+the in-process fake (tests/support/kubeapi.py); its server threads are not counted in the CPU time,
 which is the cycle thread's own (RUSAGE_THREAD). Peak RSS is the whole process's.
 
 Prints, for a first cycle (empty store: plan 1,000, find 990 in the registry, launch 10)
@@ -42,9 +42,9 @@ from releasebot.store import migrate  # noqa: E402
 from releasebot.store.engine import make_engine  # noqa: E402
 from releasebot.store.sql import SqlStateStore  # noqa: E402
 from releasebot.wiring import utc_now  # noqa: E402
-from tests.feedserver import FeedServer  # noqa: E402
-from tests.kubeapi import FakeKubeApi  # noqa: E402
-from tests.registryserver import RunningRegistry, run_registry  # noqa: E402
+from tests.support.feedserver import FeedServer  # noqa: E402
+from tests.support.kubeapi import FakeKubeApi  # noqa: E402
+from tests.support.registryserver import RunningRegistry, run_registry  # noqa: E402
 
 RELEASES = 100
 DRIVERS = 10

@@ -33,11 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.builds import KanikoPlayer  # noqa: E402
-from tests.feedserver import FeedServer  # noqa: E402
-from tests.kubeapi import FakeKubeApi  # noqa: E402
-from tests.registryserver import run_registry  # noqa: E402
-from tests.runprocess import (  # noqa: E402
+from tests.support.builds import KanikoPlayer  # noqa: E402
+from tests.support.feedserver import FeedServer  # noqa: E402
+from tests.support.kubeapi import FakeKubeApi  # noqa: E402
+from tests.support.registryserver import run_registry  # noqa: E402
+from tests.support.runprocess import (  # noqa: E402
     ReleasebotProcess,
     cpu_seconds,
     free_port,

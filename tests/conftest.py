@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.feedserver import FeedServer
+from tests.support.feedserver import FeedServer
 
-pytest_plugins = ["tests.registry_fixtures", "tests.kube_fixtures"]
+pytest_plugins = ["tests.support.registry_fixtures", "tests.support.kube_fixtures"]
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DATA = REPO / "tests" / "data"

@@ -21,8 +21,8 @@ What the manifest guarantees, and why:
   dropped except ``KANIKO_CAPABILITIES``. The Pod meets the Pod Security ``baseline``
   profile (not ``restricted``, which forbids UID 0). ``user_namespace=True`` adds
   ``hostUsers: false`` so that UID 0 in the build is an unprivileged UID on the node.
-- Only flags the original GoogleContainerTools/kaniko v1.24.0 has, so any maintained fork
-  can run it (domain.md section 5).
+- Only flags the original GoogleContainerTools/kaniko v1.24.0 has (the project was archived
+  in June 2025 after that release), so any maintained fork can run it.
 
 Deliberately not here: talking to a cluster (``kubernetes.py``), choosing what to build
 (``domain.policy``), reading settings files (``config.py`` builds ``KanikoOptions``).

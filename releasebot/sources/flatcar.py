@@ -1,10 +1,12 @@
 """Turn a Flatcar release feed (``releases-<channel>.json``) into ``FlatcarRelease`` values.
 
-The feed is one JSON object keyed by version (see ``docs/domain.md`` section 1). This
-module is the only place that looks inside it: it checks the shape of every entry it keeps,
-skips keys that are not versions (the ``current``/``current-YYYY`` pseudo-keys), bounds
-every string it keeps, and fingerprints what it keeps of each entry so that a later
-upstream edit of those fields is noticed.
+The feed is one JSON object keyed by version (``"4593.2.5"``, in lexicographic, not
+numeric, order), each value holding ``channel``, ``architectures``, ``release_date`` and
+``major_software`` (the kernel is ``major_software.kernel[0]``). This module is the only
+place that looks inside it: it checks the shape of every entry it keeps, skips keys that
+are not versions (the ``current``/``current-YYYY`` pseudo-keys), bounds every string it
+keeps, and fingerprints what it keeps of each entry so that a later upstream edit of those
+fields is noticed.
 
 Deliberately not here: fetching (``sources/fetch.py``), deciding what a vanished or edited
 entry means (the store and the policy), and ``release_notes`` (neither read nor hashed:
@@ -70,8 +72,8 @@ def parse_flatcar_feed(feed: str, body: bytes) -> list[FlatcarRelease]:
     skipped: list[str] = []
     for key, value in document.items():
         if not FlatcarVersion.is_valid(key):
-            # domain.md says "skip every key that is not N.N.N"; a malformed version must
-            # still fail loudly. So: digits and dots ("4593.2", "4593.2.5.1", "4593..2") were
+            # Keys that are not N.N.N are skipped, but a malformed version must still fail
+            # loudly. So: digits and dots ("4593.2", "4593.2.5.1", "4593..2") were
             # meant as a version and reject the body; any other key ("current",
             # "current-2024", a future "latest") is a pseudo-key holding a copy of a release
             # without its version, with nothing to learn: skip it.

@@ -1,11 +1,13 @@
 """Turn NVIDIA's datacenter driver feed (``releases.json``) into ``DriverRelease`` values.
 
 The feed is one JSON object keyed by driver branch (``"580"``), each with a branch ``type``
-and a ``driver_info`` list (see ``docs/domain.md`` section 2). This module is the only
-place that looks inside it: it checks the shape of every release, maps NVIDIA's
-architecture names to Flatcar's (dropping ones releasebot never builds, like ``ppc64le``),
-bounds every string it keeps, and fingerprints what it keeps of each release so that an
-upstream edit of those fields is noticed.
+and a ``driver_info`` list of releases, newest first (``release_version``,
+``release_date``, which may be empty, ``architectures`` in NVIDIA's spelling,
+``runfile_url`` per architecture). This module is the only place that looks inside it: it
+checks the shape of every release, maps NVIDIA's architecture names to Flatcar's (dropping
+ones releasebot never builds, like ``ppc64le``), bounds every string it keeps, and
+fingerprints what it keeps of each release so that an upstream edit of those fields is
+noticed.
 
 Deliberately not here: fetching (``sources/fetch.py``), choosing branches (the policy), and
 checking that a runfile URL still answers (a build step does, and a 404 there is permanent),

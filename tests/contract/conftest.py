@@ -2,7 +2,7 @@
 
 ``backend`` is parametrized over the in-memory store, SQLite (a fresh file per test) and
 PostgreSQL; ``sql_backend`` over the two SQL ones only, for tests that watch the statements
-sent. PostgreSQL gets one fresh database per test session (``tests/postgres.py``), migrated
+sent. PostgreSQL gets one fresh database per test session (``tests/support/postgres.py``), migrated
 once, emptied with TRUNCATE before each test and dropped at the end.
 """
 
@@ -21,7 +21,7 @@ from releasebot.store.engine import make_engine
 from releasebot.store.memory import MemoryStateStore
 from releasebot.store.sql import SqlStateStore
 from releasebot.store.tables import metadata
-from tests.postgres import fresh_postgres_database
+from tests.support.postgres import fresh_postgres_database
 
 SQL_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

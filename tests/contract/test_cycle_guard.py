@@ -21,7 +21,7 @@ from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.lock import CYCLE_LOCK, CycleGuard
 from releasebot.store.tables import locks
-from tests.postgres import fresh_postgres_database
+from tests.support.postgres import fresh_postgres_database
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)

@@ -32,7 +32,7 @@ from releasebot.domain.builds import (
 )
 from releasebot.domain.ports import JobLauncher
 from releasebot.domain.versions import Arch
-from tests.kubeapi import FakeKubeApi
+from tests.support.kubeapi import FakeKubeApi
 
 DIGEST = "sha256:" + "5e" * 32
 BUILD_LOG = "".join(f"step {number}: compiling nvidia.ko\n" for number in range(1, 40))

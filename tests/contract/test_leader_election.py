@@ -21,7 +21,7 @@ from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableErr
 from releasebot.leader import LeaderElector
 from releasebot.leader.lease import KubernetesLeaseElector
 from releasebot.leader.memory import AlwaysLeader, MemoryElector, MemoryLease
-from tests.kubeapi import FakeKubeApi
+from tests.support.kubeapi import FakeKubeApi
 
 DURATION = timedelta(seconds=15)
 NAME = "releasebot-leader"

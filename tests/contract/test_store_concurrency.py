@@ -27,7 +27,7 @@ from releasebot.store.engine import lock_writes, make_engine
 from releasebot.store.sql import SqlStateStore
 from tests.contract.test_store_contract import SEEN, driver, flatcar, plan
 from tests.contract.test_store_contract import URL as FEED_URL
-from tests.postgres import fresh_postgres_database
+from tests.support.postgres import fresh_postgres_database
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 WRITERS = 4

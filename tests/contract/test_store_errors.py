@@ -40,7 +40,7 @@ from releasebot.store.sql import SqlStateStore
 from releasebot.store.tables import feeds, flatcar_releases
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import driver, flatcar, plan
-from tests.postgres import reachable_postgres_url
+from tests.support.postgres import reachable_postgres_url
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 REFUSED = "state store refused the data: "

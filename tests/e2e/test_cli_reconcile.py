@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli import main
-from tests.builds import KanikoPlayer
-from tests.feedserver import FeedServer
-from tests.kubeapi import FakeKubeApi
-from tests.registryserver import RunningRegistry
-from tests.slackapi import BOT_TOKEN, CHANNEL, SlackApi
+from tests.support.builds import KanikoPlayer
+from tests.support.feedserver import FeedServer
+from tests.support.kubeapi import FakeKubeApi
+from tests.support.registryserver import RunningRegistry
+from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
 
 CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
 

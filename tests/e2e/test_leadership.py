@@ -3,9 +3,9 @@ one builds, a dead leader is replaced within about a lease, nothing is built twi
 
 Real processes (``python -m releasebot``), a fresh PostgreSQL database, the real registry,
 HTTP feeds on loopback and the fake API server, whose Leases answer a stale
-``resourceVersion`` with 409 as a real API server does (tests/kubeapi.py). The test plays
+``resourceVersion`` with 409 as a real API server does (tests/support/kubeapi.py). The test plays
 Kaniko. Every wait is bounded; every process is killed in ``finally`` (the context
-managers of ``tests/runprocess.py``).
+managers of ``tests/support/runprocess.py``).
 
 - Two ``releasebot run`` replicas (3 s lease, 1 s interval): only the Lease holder creates
   Jobs; after ``kill -9`` of the leader the other takes over, adopts the running build,
@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 
-from tests.builds import KanikoPlayer
-from tests.feedserver import FeedServer, RecordedRequest, Reply
-from tests.kubeapi import FakeKubeApi
-from tests.postgres import fresh_postgres_database
-from tests.registryserver import RunningRegistry
-from tests.runprocess import ReleasebotProcess, free_port, wait_for, write_config
+from tests.support.builds import KanikoPlayer
+from tests.support.feedserver import FeedServer, RecordedRequest, Reply
+from tests.support.kubeapi import FakeKubeApi
+from tests.support.postgres import fresh_postgres_database
+from tests.support.registryserver import RunningRegistry
+from tests.support.runprocess import ReleasebotProcess, free_port, wait_for, write_config
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(150)]
 

@@ -20,10 +20,10 @@ import pytest
 from releasebot.domain.versions import Arch
 from releasebot.notify.slack import SlackNotifier, make_web_client
 from releasebot.service.notifications import NotificationService
-from tests.builds import Crash
 from tests.e2e.test_reconcile import NEW, OLD, STABLE_AFTER, Rig, _rig, feeds  # noqa: F401
-from tests.feedserver import Reply
-from tests.slackapi import BOT_TOKEN, CHANNEL, SlackApi
+from tests.support.builds import Crash
+from tests.support.feedserver import Reply
+from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from releasebot.domain.versions import Arch
 from releasebot.service.reconcile import ReconcileOptions
 from releasebot.sources.artifacts import FLATCAR_FILES, HttpArtifactSource
 from tests.e2e.test_reconcile import OLD, Rig, _rig, feeds  # noqa: F401 - a fixture
-from tests.feedserver import FeedServer, Reply
+from tests.support.feedserver import FeedServer, Reply
 
 KERNEL_CONFIG = (
     'CONFIG_CC_VERSION_TEXT="gcc (Gentoo 14.2.1_p20241221 p7) 14.2.1"\nCONFIG_GCC_VERSION=140201\n'

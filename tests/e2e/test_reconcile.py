@@ -1,7 +1,7 @@
 """The reconcile cycle end to end with real parts where they can run here.
 
 Real: the SQLite state store, HTTP feeds on loopback, the OCI registry (Debian's
-docker-registry) and the Kubernetes API over HTTP (kmock's emulator, see tests/kubeapi.py).
+docker-registry) and the Kubernetes API over HTTP (kmock's emulator, see tests/support/kubeapi.py).
 The test plays Kaniko: it pushes a real image under each Job's destination and completes
 the Job with the digest, or fails it the way a cluster would.
 
@@ -41,10 +41,10 @@ from releasebot.sources.fetch import HttpFeedFetcher
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
-from tests.builds import Clock, Crash, KanikoPlayer, crash_after, crash_before
-from tests.feedserver import FeedServer
-from tests.kubeapi import FakeKubeApi
-from tests.registryserver import RunningRegistry
+from tests.support.builds import Clock, Crash, KanikoPlayer, crash_after, crash_before
+from tests.support.feedserver import FeedServer
+from tests.support.kubeapi import FakeKubeApi
+from tests.support.registryserver import RunningRegistry
 
 STABLE_BEFORE = "releases-stable.2026-07-09.json"
 STABLE_AFTER = "releases-stable.2026-08-13.json"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli import main
-from tests.feedserver import FeedServer, Reply
-from tests.postgres import fresh_postgres_database
-from tests.registryserver import RunningRegistry
+from tests.support.feedserver import FeedServer, Reply
+from tests.support.postgres import fresh_postgres_database
+from tests.support.registryserver import RunningRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""``HttpFeedFetcher`` against a real HTTP server on 127.0.0.1 (``tests/feedserver.py``).
+"""``HttpFeedFetcher`` against a real HTTP server on 127.0.0.1 (``tests/support/feedserver.py``).
 
 Covers conditional requests (ETag, Last-Modified, 304), the body-hash fallback for servers
 without validators, redirects (followed, counted, looping), 4xx, retried 5xx/429 with the
@@ -31,7 +31,7 @@ from releasebot.domain.models import Validators
 from releasebot.domain.ports import FetchedBody, Unchanged
 from releasebot.sources.fetch import HttpFeedFetcher, make_http_client
 from releasebot.sources.flatcar import parse_flatcar_feed
-from tests.feedserver import FeedServer, Reply
+from tests.support.feedserver import FeedServer, Reply
 
 BODY = b'{"4593.2.5": {"channel": "stable"}}\n'
 ETAG = '"5f1c-63a"'

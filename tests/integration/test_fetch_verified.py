@@ -1,6 +1,6 @@
 """The recipe's download-and-verify step (``releasebot/recipe/scripts/fetch-verified``).
 
-Runs the real bash script against a local HTTP server (``tests.feedserver.FeedServer``)
+Runs the real bash script against a local HTTP server (``tests.support.feedserver.FeedServer``)
 serving hand-made Flatcar artefacts, each with a ``.DIGESTS`` (MD5, SHA1 and SHA512
 sections, as Flatcar writes them) and a clearsigned ``.DIGESTS.asc``, signed with keys this
 module generates with gpg (ed25519 primary for certification + signing subkey, in a temp
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.feedserver import FeedServer, Reply
-from tests.tools import missing_tool
+from tests.support.feedserver import FeedServer, Reply
+from tests.support.tools import missing_tool
 
 SCRIPT = (
     Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "fetch-verified"

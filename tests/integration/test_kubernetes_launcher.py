@@ -1,4 +1,4 @@
-"""``KubernetesJobLauncher`` against the fake API server over real HTTP (``tests/kubeapi.py``).
+"""``KubernetesJobLauncher`` against the fake API server over real HTTP (``support/kubeapi.py``).
 
 Covers what only the real adapter does: bounded retries when the API server is down, slow
 to come back, rate-limiting or behind a load balancer answering plain text (then
@@ -43,7 +43,7 @@ from releasebot.domain.errors import (
     TemporaryError,
 )
 from releasebot.domain.versions import Arch
-from tests.kubeapi import FakeKubeApi
+from tests.support.kubeapi import FakeKubeApi
 
 DIGEST = "sha256:" + "c0" * 32
 

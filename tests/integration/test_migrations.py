@@ -27,7 +27,7 @@ from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
 from releasebot.store.tables import metadata
-from tests.postgres import fresh_postgres_database
+from tests.support.postgres import fresh_postgres_database
 
 TABLES = {table.name for table in metadata.sorted_tables}
 

@@ -37,9 +37,9 @@ from releasebot.domain.errors import (
 from releasebot.domain.versions import Arch
 from releasebot.registry import DOCKER_MANIFEST, OCI_MANIFEST
 from releasebot.registry.oras import OrasRegistry
-from tests.feedserver import FeedServer, RecordedRequest, Reply
-from tests.registryserver import RunningRegistry, free_port
-from tests.tools import missing_tool
+from tests.support.feedserver import FeedServer, RecordedRequest, Reply
+from tests.support.registryserver import RunningRegistry, free_port
+from tests.support.tools import missing_tool
 
 TAG = "580.95.05-flatcar4459.2.1"
 DIGEST = "sha256:" + "ab" * 32

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.builds import KanikoPlayer
-from tests.feedserver import FeedServer
-from tests.kubeapi import FakeKubeApi
-from tests.registryserver import RunningRegistry
-from tests.runprocess import ReleasebotProcess, free_port, wait_for, write_config
+from tests.support.builds import KanikoPlayer
+from tests.support.feedserver import FeedServer
+from tests.support.kubeapi import FakeKubeApi
+from tests.support.registryserver import RunningRegistry
+from tests.support.runprocess import ReleasebotProcess, free_port, wait_for, write_config
 
 TAG = "580.178.04-flatcar4593.2.5"
 

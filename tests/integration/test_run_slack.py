@@ -2,7 +2,7 @@
 endpoint on its web server, and build notifications delivered by the leader.
 
 Real: the process, SQLite, feeds over HTTP, the OCI registry; fakes over real HTTP: the
-Kubernetes API (via a kubeconfig) and the Slack Web API (``tests/slackapi.py``). Socket
+Kubernetes API (via a kubeconfig) and the Slack Web API (``tests/support/slackapi.py``). Socket
 Mode has its own tests (``test_socket_mode.py``).
 """
 
@@ -18,11 +18,11 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from tests.feedserver import FeedServer
-from tests.kubeapi import FakeKubeApi
-from tests.registryserver import RunningRegistry
-from tests.runprocess import ReleasebotProcess, free_port, wait_for, write_config
-from tests.slackapi import BOT_TOKEN, CHANNEL, SlackApi
+from tests.support.feedserver import FeedServer
+from tests.support.kubeapi import FakeKubeApi
+from tests.support.registryserver import RunningRegistry
+from tests.support.runprocess import ReleasebotProcess, free_port, wait_for, write_config
+from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 TAG = "580.178.04-flatcar4593.2.5"

@@ -1,5 +1,5 @@
 """Delivery of outbox events to Slack: ``NotificationService`` + ``SlackNotifier`` against the
-fake Slack Web API (``tests/slackapi.py``) over real HTTP, with slack-sdk's real WebClient.
+fake Slack Web API (``tests/support/slackapi.py``) over real HTTP, with slack-sdk's real WebClient.
 
 Covers: the first event posts, later ones update the message and reply in its thread;
 429 with ``Retry-After`` (short: waited in the call; long: left to the backoff); 5xx for
@@ -32,7 +32,7 @@ from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.memory import MemoryStateStore
 from releasebot.store.sql import SqlStateStore
-from tests.slackapi import BOT_TOKEN, CHANNEL, SlackApi
+from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 REPOSITORY = "registry.example.com/gpu/nvidia-driver"

@@ -47,7 +47,7 @@ from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import PAUSED_FLAG, ReconcileService
 from releasebot.sources.fetch import HttpFeedFetcher
 from releasebot.store.memory import MemoryStateStore
-from tests.builds import Clock
+from tests.support.builds import Clock
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 NOW = 1_796_040_000.0  # 2026-11-30 12:00 UTC, the tests' clock

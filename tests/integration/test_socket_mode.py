@@ -1,5 +1,5 @@
 """The slash command over Socket Mode, through slack-sdk's built-in client and a local fake
-of Slack (``apps.connections.open`` over HTTP, then a websocket; see tests/slacksocket.py).
+of Slack (``apps.connections.open`` over HTTP, then a websocket; see tests/support/slacksocket.py).
 
 Covers: nothing connects until ``connect()`` (only the leader calls it), a slash command
 envelope is acked with exactly the answer the HTTP endpoint gives, slow work follows up on
@@ -37,7 +37,7 @@ from tests.integration.test_slash_http import (
     make_chat_rig,
     signed,
 )
-from tests.slacksocket import FakeSocketModeSlack
+from tests.support.slacksocket import FakeSocketModeSlack
 
 APP_TOKEN = "xapp-1-A0001-1234567890-0123456789abcdef"
 

@@ -151,8 +151,8 @@ def parse_flatcar(entries: dict[str, Any]) -> list[FlatcarRelease]:
 
 
 def test_keys_that_are_not_versions_at_all_are_skipped(test_data: Path) -> None:
-    # domain.md: "skip every key that is not N.N.N" (pseudo-keys like "current-2024" hold a
-    # copy of a release without its version). Keys of digits and dots that are not
+    # The feed's pseudo-keys ("current", "current-2024") hold a copy of a release without
+    # its version and are skipped. Keys of digits and dots that are not
     # MAJOR.MINOR.PATCH are malformed versions instead, and rejected (see the next test).
     entries = fixture_entries(test_data)
     expected = versions(parse_flatcar(entries))

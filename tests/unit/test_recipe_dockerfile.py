@@ -36,7 +36,7 @@ from releasebot.domain.builds import (
     LABEL_PREFIX,
 )
 from releasebot.wiring.core import recipe_args
-from tests.tools import missing_tool
+from tests.support.tools import missing_tool
 
 RECIPE = Path(__file__).resolve().parents[2] / "releasebot" / "recipe"
 DOCKERFILE = RECIPE / "Dockerfile"

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from slack_sdk.models.blocks import Block
 
+from releasebot.domain.builds import job_name
 from releasebot.domain.events import Event, EventKind, build_key, feed_key
+from releasebot.domain.versions import Arch
 from releasebot.notify.render import (
     HEADER_MAX_CHARS,
     SECTION_MAX_CHARS,
@@ -31,7 +33,7 @@ from releasebot.notify.render import (
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 REPOSITORY = "registry.example.com/gpu/nvidia-driver"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-TAG = "580.105.08-4459.2.1"
+TAG = "580.105.08-flatcar4459.2.1"
 DIGEST = "sha256:" + "d" * 64
 LOG = "\n".join(
     [f"#{n} compiling nvidia-modeset/nvkms-{n}.c" for n in range(30)]
@@ -62,7 +64,7 @@ def build_event(kind: EventKind, minutes: int = 0, attempt: int = 1, **payload: 
 
 
 def started(attempt: int = 1, arches: tuple[str, ...] = ("amd64",)) -> Event:
-    jobs = [f"rb-580-105-08-4459-2-1-1a2b3c4d-{arch}-{attempt}" for arch in arches]
+    jobs = [job_name(TAG, Arch(arch), attempt) for arch in arches]
     return build_event(EventKind.BUILD_STARTED, 0, attempt, arches=list(arches), jobs=jobs)
 
 
@@ -168,7 +170,7 @@ def test_every_event_kind_renders_as_a_message_and_a_reply() -> None:
 def test_later_events_keep_what_earlier_ones_said() -> None:
     text = json.dumps(render_message([started(), PUBLISHED], REPOSITORY).blocks)
     # The published event repeats no job; the start event's job stays in the message.
-    assert "rb-580-105-08-4459-2-1-1a2b3c4d-amd64-1" in text
+    assert job_name(TAG, Arch.AMD64, 1) in text
     assert f"{REPOSITORY}:{TAG}" in text
     assert f"{REPOSITORY}@{DIGEST}" in text
 
@@ -212,7 +214,7 @@ def test_huge_values_stay_within_block_kit_limits() -> None:
         log_tail="\n".join("L" * 5000 for _ in range(100)),
         jobs=[f"job-{n}" for n in range(200)],
     )
-    long_tag = "5" * 120 + "-4459.2.1"
+    long_tag = "5" * 112 + "-flatcar4459.2.1"
     huge = Event(huge.kind, huge.message_key, long_tag, huge.created_at, huge.payload)
     for message in (render_message([huge], REPOSITORY), render_thread_reply(huge, REPOSITORY)):
         check_blocks(message.blocks)

@@ -7,7 +7,7 @@ real API server's behaviour, kmock 0.8 differs, and this module fixes it:
 
 - A second create of the same name must answer 409 ``AlreadyExists``: kmock answers 409
   "Object Already Exists" inside its context manager and a bare 500 outside it (seen with
-  lightkube 1.0.1, see domain.md section 7); the launcher's adoption depends on the 409.
+  lightkube 1.0.1 and kmock 0.8); the launcher's adoption depends on the 409.
 - Error bodies are real ``Status`` objects (reasons ``NotFound``, ``AlreadyExists``,
   ``Invalid``, ``BadRequest``, messages like ``jobs.batch "x" not found``) with
   ``Content-Type: application/json`` exactly: lightkube only raises ``ApiError`` for that
@@ -53,7 +53,7 @@ import kmock
 from lightkube import Client, KubeConfig
 from lightkube.config.models import Cluster, User
 
-from tests.servers import Started
+from tests.support.servers import Started
 
 T = TypeVar("T")
 

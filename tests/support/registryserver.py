@@ -12,7 +12,7 @@ OCI or Docker v2 manifest with plain httpx, exactly as the distribution API asks
 When a tool is missing, tests are skipped on a developer's machine and FAIL in CI (``CI``
 set): CI must never pass by skipping the real registry.
 
-Deliberately not here: pytest fixtures (``tests/registry_fixtures.py``), anything the
+Deliberately not here: pytest fixtures (``tests/support/registry_fixtures.py``), anything the
 adapter under test does (this module never imports ``releasebot.registry.oras``).
 """
 

@@ -1,4 +1,4 @@
-"""Pytest fixtures for a fake Kubernetes API server over real HTTP (``tests/kubeapi.py``).
+"""Pytest fixtures for a fake Kubernetes API server over real HTTP (``tests/support/kubeapi.py``).
 
 Registered for the whole suite through ``pytest_plugins`` in ``tests/conftest.py``.
 
@@ -17,7 +17,7 @@ import pytest
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
-from tests.kubeapi import FakeKubeApi
+from tests.support.kubeapi import FakeKubeApi
 
 TEST_NAMESPACE = "builds"
 TEST_REPOSITORY = "registry.example.test/gpu/driver"

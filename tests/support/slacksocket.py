@@ -30,7 +30,7 @@ from typing import Any
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from tests.servers import Started
+from tests.support.servers import Started
 
 
 class FakeSocketModeSlack(Started):

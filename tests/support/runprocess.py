@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

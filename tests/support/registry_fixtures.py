@@ -1,7 +1,7 @@
 """Pytest fixtures for a real OCI registry (a plugin: ``pytest_plugins`` in the root conftest).
 
 ``plain_registry`` (plain HTTP, no auth) and ``tls_registry`` (TLS with a test CA and
-htpasswd basic auth) are started once per session by ``tests/registryserver.py`` and
+htpasswd basic auth) are started once per session by ``tests/support/registryserver.py`` and
 stopped at its end; ``registry_name`` gives each test its own repository path in them, so
 tests never see each other's tags. Skipped outside CI when ``docker-registry`` (or, for
 TLS, ``openssl``/``htpasswd``) is missing; failed in CI.
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.registryserver import RunningRegistry, run_registry
+from tests.support.registryserver import RunningRegistry, run_registry
 
 TLS_USER = "releasebot"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.servers import Started
+from tests.support.servers import Started
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from releasebot.builders.kaniko import DESTINATION_ANNOTATION
-from tests.kubeapi import FakeKubeApi
-from tests.registryserver import RunningRegistry
+from tests.support.kubeapi import FakeKubeApi
+from tests.support.registryserver import RunningRegistry
 
 
 @dataclass
