@@ -10,11 +10,12 @@ and releasing never leaves the lock on a pooled connection.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.engine import URL, make_url
 
 from releasebot.store import migrate
@@ -136,22 +137,54 @@ def test_the_keepalive_renews_the_row_while_held(sqlite_engines: tuple[Engine, E
     b.release()
 
 
+HOLDERS = text(
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = :high AND objid = :low"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND pid <> pg_backend_pid()"
+)
+GONE_AFTER = timedelta(seconds=30)
+"""How long a terminated backend may take to exit on a loaded machine before the test fails."""
+
+
+def kill_the_holder(admin: Connection) -> None:
+    """Terminate the backend holding the cycle lock in THIS database (other databases on the
+    server belong to other test runs) and wait until it is gone: ``pg_terminate_backend``
+    only signals it, and the lock is released while the backend exits."""
+    keys = {"high": CYCLE_LOCK >> 32, "low": CYCLE_LOCK & 0xFFFFFFFF}
+    [pid] = admin.execute(HOLDERS, keys).scalars().all()
+    timeout = int(GONE_AFTER.total_seconds() * 1000)
+    admin.execute(
+        text("SELECT pg_terminate_backend(:pid, :timeout)"), {"pid": pid, "timeout": timeout}
+    )
+    admin.commit()
+    deadline = time.monotonic() + GONE_AFTER.total_seconds()
+    while True:
+        admin.execute(text("SELECT pg_stat_clear_snapshot()"))
+        alive = admin.execute(
+            text(
+                "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid = :pid)"
+                " + (SELECT count(*) FROM pg_locks WHERE pid = :pid)"
+            ),
+            {"pid": pid},
+        ).scalar_one()
+        admin.commit()  # a fresh snapshot of the activity and lock views next round
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"backend {pid} still there after {GONE_AFTER}"
+        time.sleep(0.01)
+
+
 @pytest.mark.postgres
 def test_a_dead_session_frees_the_advisory_lock(postgres_engines: tuple[Engine, Engine]) -> None:
     a, b = CycleGuard(postgres_engines[0]), CycleGuard(postgres_engines[1])
     assert a.try_acquire("a", TTL, T0)
-    with postgres_engines[1].connect() as admin:  # the process holding it is killed
-        admin.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_locks "
-                "WHERE locktype = 'advisory' AND objid = :low AND pid <> pg_backend_pid()"
-            ),
-            {"low": CYCLE_LOCK & 0xFFFFFFFF},
-        )
-        admin.commit()
-    assert b.try_acquire("b", TTL, T0)
-    b.release()
-    a.release()  # its connection is gone: releasing still must not raise
+    try:
+        with postgres_engines[1].connect() as admin:  # the process holding it is killed
+            kill_the_holder(admin)
+        assert b.try_acquire("b", TTL, T0)
+        b.release()
+    finally:
+        a.release()  # its connection is gone: releasing must not raise, and closes it
 
 
 @pytest.mark.postgres
