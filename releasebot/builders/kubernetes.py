@@ -10,9 +10,10 @@ reported as ``FAILED``/``IMAGE_PULL`` while the Job is still active: it never he
 itself, and the caller deletes the Job.
 
 Every call is retried a bounded number of times inside the adapter (connection errors,
-timeouts, 429, 5xx) with a ``sleep`` the tests turn off; then ``ClusterUnavailableError``.
-403, 422, 400 and other refusals are ``ClusterRejectedError`` at once. No lightkube,
-httpx2 or msgspec exception leaves this module.
+timeouts, 429, 5xx) by the shared policy (``edge.retry``) with a ``sleep`` the tests turn
+off; then ``ClusterUnavailableError``. 403, 422, 400 and other refusals are
+``ClusterRejectedError`` at once. No lightkube, httpx2 or msgspec exception leaves this
+module (``edge.kube`` translates them).
 
 Deliberately not here: watching (the service polls ``status`` once per cycle, which
 survives restarts and needs no long-lived connection), checking the pushed digest against
@@ -22,17 +23,13 @@ the registry, and retries across cycles (the service decides by the error's clas
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-import httpx2
 import msgspec
-from lightkube import Client, KubeConfig
-from lightkube.core.exceptions import ApiError
+from lightkube import Client
 from lightkube.models.batch_v1 import JobCondition
 from lightkube.models.core_v1 import ContainerStateTerminated, ContainerStatus
 from lightkube.resources.batch_v1 import Job
@@ -52,78 +49,25 @@ from releasebot.builders.kaniko import (
     trim_log_tail,
 )
 from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobStatus
-from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError, ConfigError
+from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
+from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, Answered, kube_call
+from releasebot.edge.retry import RetryPolicy
+from releasebot.edge.text import one_line
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT = timedelta(seconds=10)
-"""Per request; the API server answers in milliseconds when healthy."""
-DEFAULT_ATTEMPTS = 3
+DEFAULT_ATTEMPTS = RetryPolicy.retries + 1
 """Tries per call before ``ClusterUnavailableError``: rides out an API server restart."""
-DEFAULT_BACKOFF = timedelta(seconds=1)
+DEFAULT_BACKOFF = RetryPolicy.backoff
 """First pause between tries, doubled each time (1 s, 2 s): a cycle waits 3 s at most."""
 LOG_TAIL_LINES = 50
 """Log lines read from a failed build's Pod: enough for a compiler error and its context."""
-ERROR_TEXT_MAX_CHARS = 300
-"""API server messages quoted in errors and statuses are cut to one line of this length."""
-RETRY_AFTER_MAX = timedelta(minutes=5)
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 """Waiting reasons that mean the executor image cannot be pulled: configuration, not luck."""
 JOB_NAME_LABEL = "job-name"
 """The label the Job controller puts on its Pods (``batch.kubernetes.io/job-name`` too
 since 1.27; the short one works on every supported version)."""
-_TEMPORARY_CODES = frozenset({408, 429})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def make_kube_client(
-    kubeconfig: str | None,
-    namespace: str | None = None,
-    *,
-    timeout: timedelta = DEFAULT_TIMEOUT,
-) -> Client:
-    """A lightkube client from a kubeconfig file, or in-cluster config when ``kubeconfig`` is
-    ``None`` (the Pod's service-account token, CA and ``KUBERNETES_SERVICE_HOST``).
-
-    ``namespace`` is the client's default; the launcher names its namespace on every call.
-    Raises ``ConfigError`` when the configuration cannot be loaded. Connects to nothing.
-    """
-    key = "kubeconfig" if kubeconfig is not None else "kubernetes"
-    try:
-        if kubeconfig is not None:
-            config = KubeConfig.from_file(kubeconfig)
-        else:
-            config = KubeConfig.from_service_account()
-        return Client(
-            config=config,
-            namespace=namespace,
-            timeout=httpx2.Timeout(timeout.total_seconds()),
-            field_manager="releasebot",
-        )
-    # Loading a kubeconfig fails in library-specific ways (lightkube's ConfigError, YAML,
-    # msgspec, a missing environment variable or CA file): all mean the same to the user.
-    except Exception as error:
-        where = kubeconfig if kubeconfig is not None else "in-cluster service account"
-        detail = _one_line(f"{type(error).__name__}: {error}")
-        raise ConfigError(key, f"cannot load Kubernetes config from {where}: {detail}") from error
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """One failed API call, classified."""
-
-    code: int | None
-    text: str
-    temporary: bool
-    retry_after: timedelta | None = None
-
-
-class _Answered(Exception):
-    """The API server answered with a status the caller asked to handle itself."""
-
-    def __init__(self, failure: _Failure) -> None:
-        super().__init__(failure.text)
-        self.failure = failure
 
 
 class KubernetesJobLauncher:
@@ -145,8 +89,7 @@ class KubernetesJobLauncher:
         self._client = client
         self._options = options
         self._namespace = options.namespace
-        self._attempts = attempts
-        self._backoff = backoff
+        self._policy = RetryPolicy(retries=attempts - 1, backoff=backoff)
         self._sleep = sleep
         self._log_tail_lines = log_tail_lines
         self._log_tail_chars = log_tail_chars
@@ -176,7 +119,7 @@ class KubernetesJobLauncher:
                     answers={409},
                 )
                 return True
-            except _Answered:
+            except Answered:
                 pass  # 409: it exists already (or a retried create did succeed): adopt it
             existing = self._read_job(name)
             if existing is not None:
@@ -203,7 +146,7 @@ class KubernetesJobLauncher:
         return self._running(job_name, pods)
 
     def delete(self, job_name: str) -> None:
-        with contextlib.suppress(_Answered):  # 404: already gone
+        with contextlib.suppress(Answered):  # 404: already gone
             self._call(
                 f"delete job {job_name}",
                 lambda: self._client.delete(
@@ -221,7 +164,7 @@ class KubernetesJobLauncher:
                 lambda: self._client.get(Job, name, namespace=self._namespace),
                 answers={404},
             )
-        except _Answered:
+        except Answered:
             return None
 
     def _pods(self, job_name: str, job_uid: str | None) -> list[Pod]:
@@ -366,104 +309,20 @@ class KubernetesJobLauncher:
     ) -> T:
         """``operation()`` with bounded retries; every library error translated.
 
-        An HTTP status in ``answers`` is raised as ``_Answered`` for the caller to handle.
+        An HTTP status in ``answers`` is raised as ``Answered`` for the caller to handle.
         """
-        tries = attempts if attempts is not None else self._attempts
-        attempt = 1
-        while True:
-            try:
-                return operation()
-            except (
-                httpx2.HTTPError,
-                httpx2.StreamError,
-                msgspec.MsgspecError,
-                json.JSONDecodeError,
-                KeyError,
-            ) as error:
-                failure = _classify(what, error)
-                if failure is None:
-                    raise  # a KeyError of our own making: a bug, not the cluster
-                if failure.code is not None and failure.code in answers:
-                    raise _Answered(failure) from error
-                if not failure.temporary:
-                    raise ClusterRejectedError(failure.text) from error
-                if attempt >= tries:
-                    raise ClusterUnavailableError(
-                        failure.text,
-                        **({"retry_after": failure.retry_after} if failure.retry_after else {}),
-                    ) from error
-            self._sleep((self._backoff * 2 ** (attempt - 1)).total_seconds())
-            attempt += 1
-
-
-def _classify(what: str, error: Exception) -> _Failure | None:
-    """What a lightkube/httpx2 error means; ``None`` for an unrelated ``KeyError``."""
-    prefix = f"kubernetes {what}"
-    if isinstance(error, ApiError):
-        code = error.response.status_code
-        status = error.status
-        detail = f"{code} {status.reason or error.response.reason_phrase}: {status.message or ''}"
-        return _http_failure(prefix, code, detail, error.response)
-    if isinstance(error, httpx2.HTTPStatusError):
-        return _from_response(prefix, error.response)
-    if isinstance(error, KeyError | json.JSONDecodeError | msgspec.MsgspecError):
-        # lightkube turns an error response into ApiError only when its Content-Type is
-        # exactly application/json, reading the header with [] (KeyError when absent),
-        # parsing the body (JSONDecodeError when it lies about being JSON) and decoding a
-        # Status (msgspec errors when it is some other JSON).
-        answer = _status_error_behind(error)
-        if answer is not None:
-            return _from_response(prefix, answer.response)
-        if isinstance(error, KeyError):
-            return None
-        # A success answer whose body is not the object asked for.
-        return _Failure(None, _one_line(f"{prefix}: unreadable answer: {error}"), temporary=True)
-    if isinstance(error, httpx2.TimeoutException):
-        return _Failure(None, _one_line(f"{prefix}: timed out ({type(error).__name__})"), True)
-    return _Failure(None, _one_line(f"{prefix}: {type(error).__name__}: {error}"), temporary=True)
-
-
-def _status_error_behind(error: BaseException) -> httpx2.HTTPStatusError | None:
-    """The HTTP error response lightkube was handling when ``error`` happened, if any."""
-    context = error.__context__
-    for _ in range(5):  # the JSON decoder adds a StopIteration in between
-        if context is None or isinstance(context, httpx2.HTTPStatusError):
-            return context
-        context = context.__context__
-    return None
-
-
-def _from_response(prefix: str, response: httpx2.Response) -> _Failure:
-    try:
-        body = response.text
-    except (httpx2.HTTPError, httpx2.StreamError, UnicodeDecodeError):
-        body = ""
-    detail = f"{response.status_code} {response.reason_phrase}: {body}"
-    return _http_failure(prefix, response.status_code, detail, response)
-
-
-def _http_failure(prefix: str, code: int, detail: str, response: httpx2.Response) -> _Failure:
-    temporary = code >= 500 or code in _TEMPORARY_CODES
-    return _Failure(
-        code,
-        _one_line(f"{prefix}: {detail}"),
-        temporary,
-        _retry_after(response) if temporary else None,
-    )
-
-
-def _retry_after(response: httpx2.Response) -> timedelta | None:
-    value = response.headers.get("Retry-After", "")
-    if not value.isdigit():
-        return None
-    return min(timedelta(seconds=int(value)), RETRY_AFTER_MAX)
+        policy = self._policy if attempts is None else RetryPolicy(retries=attempts - 1)
+        return kube_call(
+            what,
+            operation,
+            policy=policy,
+            sleep=lambda pause: self._sleep(pause.total_seconds()),
+            answers=answers,
+        )
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    if len(line) <= ERROR_TEXT_MAX_CHARS:
-        return line
-    return line[: ERROR_TEXT_MAX_CHARS - 1] + "…"
+    return one_line(text, ERROR_TEXT_MAX_CHARS)
 
 
 def _owned_by(pod: Pod, job_uid: str | None) -> bool:

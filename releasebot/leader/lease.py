@@ -17,40 +17,33 @@ The algorithm is client-go's ``leaderelection`` with a Lease lock, synchronous a
 
 Every call has the client's bounded timeout and is tried once: the runner calls ``ensure``
 again a third of a lease later. lightkube and httpx2 errors are translated into
-``ClusterUnavailableError``/``ClusterRejectedError``. Deliberately not here: watching the
-Lease, the database guard (``store.lock``), and what a leader does (``service.runner``).
+``ClusterUnavailableError``/``ClusterRejectedError`` (``edge.kube``). Deliberately not
+here: watching the Lease, the database guard (``store.lock``), and what a leader does
+(``service.runner``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-import httpx2
-import msgspec
 from lightkube import Client
-from lightkube.core.exceptions import ApiError
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
-from releasebot.domain.errors import (
-    ClusterRejectedError,
-    ClusterUnavailableError,
-    ReleasebotError,
-)
+from releasebot.domain.errors import ReleasebotError
+from releasebot.edge.kube import Answered, kube_call
+from releasebot.edge.retry import RetryPolicy
 
 T = TypeVar("T")
 
 log = logging.getLogger("releasebot.leader")
 
-ERROR_TEXT_MAX_CHARS = 300
-"""API server messages quoted in errors are cut to one line of this length."""
-_TEMPORARY_CODES = frozenset({408, 429})
+_ONCE = RetryPolicy(retries=0)
 _LABELS = {"app.kubernetes.io/name": "releasebot", "app.kubernetes.io/component": "leader"}
 
 
@@ -121,7 +114,7 @@ class KubernetesLeaseElector:
         self._renewed_at = None
         self._announced = False
         try:
-            lease = self._call("read the lease", self._get)
+            lease = self._read()
             spec = (lease.spec if lease is not None else None) or LeaseSpec()
             if lease is None or spec.holderIdentity != self._identity:
                 return
@@ -144,7 +137,7 @@ class KubernetesLeaseElector:
     # -- one round ---------------------------------------------------------------------
 
     def _try(self) -> bool:
-        lease = self._call("read the lease", self._get)
+        lease = self._read()
         now = self._clock()
         seconds = max(1, int(self._duration.total_seconds()))
         if lease is None:
@@ -189,13 +182,17 @@ class KubernetesLeaseElector:
             log.warning("took over the lease from %s, which stopped renewing it", holder)
         return won
 
-    def _get(self) -> Lease | None:
+    def _read(self) -> Lease | None:
+        """The Lease; ``None`` when there is none yet."""
         try:
-            return self._client.get(Lease, self._name, namespace=self._namespace)
-        except ApiError as error:
-            if error.response.status_code == 404:
-                return None
-            raise
+            return kube_call(
+                "read the lease",
+                lambda: self._client.get(Lease, self._name, namespace=self._namespace),
+                policy=_ONCE,
+                answers={404},
+            )
+        except Answered:
+            return None
 
     def _replace(self, lease: Lease, spec: LeaseSpec) -> Lease:
         # PUT with the resourceVersion we read: the API server refuses (409) if anyone
@@ -204,54 +201,13 @@ class KubernetesLeaseElector:
 
     def _call(self, what: str, operation: Callable[[], T]) -> T:
         """``operation()`` once, every library error translated."""
-        try:
-            return operation()
-        except _LIBRARY_ERRORS as error:
-            raise _translate(what, error) from error
+        return kube_call(what, operation, policy=_ONCE)
 
     def _won(self, what: str, operation: Callable[[], object]) -> bool:
         """Write the Lease; False when another replica wrote it first (409 Conflict on a
         stale resourceVersion, or AlreadyExists on create)."""
         try:
-            operation()
-        except ApiError as error:
-            if error.response.status_code == 409:
-                return False
-            raise _translate(what, error) from error
-        except _LIBRARY_ERRORS as error:
-            raise _translate(what, error) from error
+            kube_call(what, operation, policy=_ONCE, answers={409})
+        except Answered:
+            return False
         return True
-
-
-_LIBRARY_ERRORS = (
-    httpx2.HTTPError,
-    httpx2.StreamError,
-    msgspec.MsgspecError,
-    json.JSONDecodeError,
-    KeyError,  # lightkube reading an error answer without the exact JSON Content-Type
-)
-
-
-def _translate(what: str, error: Exception) -> ReleasebotError:
-    prefix = f"kubernetes {what}"
-    if isinstance(error, ApiError):
-        status = error.status
-        detail = f"{status.reason or ''}: {status.message or ''}"
-        return _http_error(prefix, error.response.status_code, detail)
-    if isinstance(error, httpx2.HTTPStatusError):
-        return _http_error(prefix, error.response.status_code, error.response.reason_phrase)
-    if isinstance(error, httpx2.TimeoutException):
-        return ClusterUnavailableError(f"{prefix}: timed out")
-    return ClusterUnavailableError(_one_line(f"{prefix}: {type(error).__name__}: {error}"))
-
-
-def _http_error(prefix: str, code: int, detail: str) -> ReleasebotError:
-    text = _one_line(f"{prefix}: {code} {detail}")
-    if code >= 500 or code in _TEMPORARY_CODES:
-        return ClusterUnavailableError(text)
-    return ClusterRejectedError(text)
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= ERROR_TEXT_MAX_CHARS else line[: ERROR_TEXT_MAX_CHARS - 1] + "…"

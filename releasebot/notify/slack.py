@@ -44,6 +44,8 @@ from slack_sdk.http_retry.state import RetryState
 
 from releasebot.domain.errors import ChatRejectedError, ChatUnavailableError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.edge.retry import parse_retry_after
+from releasebot.edge.text import one_line
 from releasebot.notify import EVERY_CALL, HINTS
 from releasebot.notify.render import RenderedMessage, render_message, render_thread_reply
 
@@ -61,6 +63,9 @@ MESSAGE_GONE_CODES = frozenset({"message_not_found", "cant_update_message"})
 """``chat.update`` found no message of ours to edit: a person deleted it. Post a new one."""
 
 _DETAIL_MAX_CHARS = 200
+RETRY_AFTER_UNKNOWN = timedelta(seconds=30)
+"""The wait assumed after a 429 without a readable ``Retry-After``: Slack's tier limits reset
+within a minute."""
 _PAGE_SIZE = 200
 
 
@@ -278,15 +283,17 @@ def _header(headers: Mapping[str, Any], name: str) -> object:
 
 
 def _retry_after(value: object) -> timedelta:
+    """Slack's ``Retry-After`` (slack-sdk hands headers over as lists), kept within
+    ``[1 s, 1 h]``; ``RETRY_AFTER_UNKNOWN`` when Slack sent none or nonsense."""
     text = value[0] if isinstance(value, list) and value else value
-    try:
-        return timedelta(seconds=max(1, min(3600, int(str(text)))))
-    except ValueError:
-        return timedelta(seconds=30)
+    wait = parse_retry_after(None if text is None else str(text))
+    if wait is None:
+        return RETRY_AFTER_UNKNOWN
+    return max(timedelta(seconds=1), min(wait, timedelta(hours=1)))
 
 
 def _trim(text: str) -> str:
-    return text if len(text) <= _DETAIL_MAX_CHARS else text[: _DETAIL_MAX_CHARS - 1] + "…"
+    return one_line(text, _DETAIL_MAX_CHARS)
 
 
 # -- bounded, sleep-injectable versions of slack-sdk's retry handlers ----------------------

@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from releasebot.domain.versions import Arch
 
@@ -24,6 +25,10 @@ INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_MANIFEST_LIST})
 IMAGE_TYPES = frozenset({OCI_MANIFEST, DOCKER_MANIFEST})
 MANIFEST_TYPES = (OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST_LIST, DOCKER_MANIFEST)
 """Every manifest kind releasebot reads, in the order sent in ``Accept``."""
+
+DEFAULT_TIMEOUT = timedelta(seconds=30)
+"""One registry request's timeout (``registry.timeout_seconds``): a manifest or a tag page
+comes in milliseconds; 30 s rides out a slow proxy without stalling a cycle for long."""
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ and the auth backends. ``do_request`` sleeps about two minutes on a 5xx or a ref
 login, has no timeout, and raises a bare ``ValueError``; its token backend cannot answer a
 ``Basic`` challenge and reports a token service that is down the same way as a wrong
 password. So the request loop here is its own: a timeout on every request, ``retries``
-bounded attempts with capped backoff through an injected ``sleep``, ``Basic`` and
-``Bearer`` (token service) challenges both answered, and every failure translated into
-the domain's error tree. No ``requests`` or ``oras`` exception escapes.
+bounded attempts with capped backoff (the shared policy of ``edge.retry``) through an
+injected ``sleep``, ``Basic`` and ``Bearer`` (token service) challenges both answered, and
+every failure translated into the domain's error tree. No ``requests`` or ``oras``
+exception escapes.
 
 Not here: pushing images (Kaniko does), deleting tags, Docker credential helpers
 (``credsStore``/``credHelpers``) and ``identitytoken`` refresh tokens (the Secret Kaniko
@@ -28,8 +29,7 @@ import json
 import logging
 import re
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -45,7 +45,17 @@ from requests.utils import parse_header_links
 from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
 from releasebot.domain.versions import Arch
+from releasebot.edge.retry import (
+    RetryPolicy,
+    Sleep,
+    TransientFailure,
+    call_with_retries,
+    parse_retry_after,
+    real_sleep,
+)
+from releasebot.edge.text import one_line
 from releasebot.registry import (
+    DEFAULT_TIMEOUT,
     IMAGE_TYPES,
     INDEX_TYPES,
     MANIFEST_TYPES,
@@ -59,9 +69,6 @@ from releasebot.registry import (
 from releasebot.registry.dockerconfig import encode_basic, read_docker_config
 
 log = logging.getLogger(__name__)
-
-MAX_RETRIES = 5
-"""Upper bound for ``retries``: one registry call must not turn into minutes of hammering."""
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """Largest manifest, config blob, tag page or token answer read: distribution's own manifest
@@ -78,16 +85,10 @@ DEFAULT_PAGE_SIZE = 1000
 """Tags asked per ``tags/list`` page. 1,000 keeps a big repository to a few requests and is
 the largest page most registries (distribution 3, Harbor, GHCR) serve."""
 
-Sleep = Callable[[timedelta], None]
-
 _ACCEPT = ", ".join(MANIFEST_TYPES)
 _IMAGE_ACCEPT = ", ".join(sorted(IMAGE_TYPES))
 _SSL_REASON = re.compile(r"\[SSL: [A-Z_]+\][^'\"()]*")
 _OS_REASON = re.compile(r"\[Errno -?\d+\][^'\"()]*")
-
-
-def _real_sleep(delay: timedelta) -> None:
-    time.sleep(delay.total_seconds())
 
 
 @dataclass(frozen=True)
@@ -103,15 +104,6 @@ class _Manifest:
     media_type: str
     body: bytes
     document: dict[str, Any]
-
-
-class _TransientError(Exception):
-    """Internal: a failure another attempt may fix (network, timeout, 429, 5xx)."""
-
-    def __init__(self, problem: str, wait: timedelta | None = None) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.wait = wait
 
 
 class OrasRegistry:
@@ -136,19 +128,17 @@ class OrasRegistry:
         docker_config: str | None = None,
         username: str | None = None,
         password: str | None = None,
-        timeout: timedelta = timedelta(seconds=30),
-        retries: int = 2,
-        sleep: Sleep = _real_sleep,
-        backoff: timedelta = timedelta(seconds=1),
-        max_backoff: timedelta = timedelta(seconds=10),
+        timeout: timedelta = DEFAULT_TIMEOUT,
+        retries: int = RetryPolicy.retries,
+        sleep: Sleep = real_sleep,
+        backoff: timedelta = RetryPolicy.backoff,
+        max_backoff: timedelta = RetryPolicy.max_backoff,
         page_size: int = DEFAULT_PAGE_SIZE,
         user_agent: str = "releasebot",
     ) -> None:
         host, _, name = repository.partition("/")
         if not host or not name or "://" in repository:
             raise ValueError(f"repository must be host[:port]/path, got {repository!r}")
-        if not 0 <= retries <= MAX_RETRIES:
-            raise ValueError(f"retries must be between 0 and {MAX_RETRIES}, got {retries}")
         if timeout <= timedelta(0) or page_size < 1:
             raise ValueError("timeout and page_size must be positive")
         if ca_file is not None and tls_verify and not insecure and not Path(ca_file).is_file():
@@ -159,10 +149,12 @@ class OrasRegistry:
         self._verify: bool | str = (ca_file or True) if tls_verify else False
         self._session = _oras_session(host, insecure=insecure, verify=self._verify)
         self._timeout = timeout
-        self._retries = retries
+        # A registry is asked many times per cycle: a Retry-After beyond max_backoff is
+        # waited for up to max_backoff rather than failing the whole cycle's check.
+        self._policy = RetryPolicy(
+            retries=retries, backoff=backoff, max_backoff=max_backoff, cap_long_waits=True
+        )
         self._sleep = sleep
-        self._backoff = backoff
-        self._max_backoff = max_backoff
         self._page_size = page_size
         self._user_agent = user_agent
         if username is not None or password is not None:
@@ -333,29 +325,26 @@ class OrasRegistry:
     ) -> _Answer:
         """One logical request: authenticated, retried while transient; any other answer
         (including 404) is returned. Raises the domain's registry errors."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                answer = self._authorized(method, url, headers, body)
-                _raise_if_transient(answer)
-                return answer
-            except _TransientError as error:
-                delay = min(self._backoff * 2 ** (attempt - 1), self._max_backoff)
-                if error.wait is not None:
-                    delay = max(delay, min(error.wait, self._max_backoff))
-                if attempt > self._retries:
-                    tries = f" (after {attempt} attempts)" if attempt > 1 else ""
-                    raise RegistryUnavailableError(
-                        f"registry {self._host}: {error.problem}{tries}"
-                    ) from (error.__cause__ or error)
-                log.warning(
-                    "registry %s: %s; retrying in %gs",
-                    self._host,
-                    error.problem,
-                    delay.total_seconds(),
-                )
-                self._sleep(delay)
+
+        def attempt() -> _Answer:
+            answer = self._authorized(method, url, headers, body)
+            _raise_if_transient(answer)
+            return answer
+
+        def give_up(problem: str, failure: TransientFailure) -> Exception:
+            return RegistryUnavailableError(f"registry {self._host}: {problem}")
+
+        def retrying(failure: TransientFailure, pause: timedelta) -> None:
+            log.warning(
+                "registry %s: %s; retrying in %gs",
+                self._host,
+                failure.problem,
+                pause.total_seconds(),
+            )
+
+        return call_with_retries(
+            attempt, self._policy, self._sleep, give_up=give_up, on_retry=retrying
+        )
 
     def _authorized(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
@@ -428,7 +417,7 @@ class OrasRegistry:
     def _send(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
     ) -> _Answer:
-        """One HTTP request; transport failures become ``_TransientError`` or ``RegistryError``."""
+        """One HTTP request; transport failures become ``TransientFailure`` or ``RegistryError``."""
         with self._lock:
             self.request_count += 1
         try:
@@ -450,12 +439,12 @@ class OrasRegistry:
         except requests.exceptions.SSLError as exc:
             raise RegistryError(_tls_problem(self._host, exc)) from exc
         except requests.exceptions.Timeout as exc:
-            raise _TransientError(f"timed out after {self._timeout.total_seconds():g}s") from exc
+            raise TransientFailure(f"timed out after {self._timeout.total_seconds():g}s") from exc
         except (
             requests.exceptions.ConnectionError,
             requests.exceptions.ChunkedEncodingError,
         ) as exc:
-            raise _TransientError(f"unreachable: {_os_reason(exc)}") from exc
+            raise TransientFailure(f"unreachable: {_os_reason(exc)}") from exc
         except requests.exceptions.RequestException as exc:
             raise RegistryError(f"registry {self._host}: request failed: {_trim(exc)}") from exc
         except OSError as exc:  # requests raises a bare OSError for an unreadable CA file
@@ -497,15 +486,8 @@ def _oras_session(host: str, *, insecure: bool, verify: bool | str) -> requests.
 def _raise_if_transient(answer: _Answer) -> None:
     status = answer.status
     if status in (408, 429) or 500 <= status < 600:
-        raise _TransientError(
-            f"{status} {answer.reason}".rstrip(), _retry_after(answer.headers.get("Retry-After"))
-        )
-
-
-def _retry_after(value: str | None) -> timedelta | None:
-    if value and value.strip().isascii() and value.strip().isdigit():
-        return timedelta(seconds=min(int(value.strip()), 86_400))
-    return None
+        wait = parse_retry_after(answer.headers.get("Retry-After"))
+        raise TransientFailure(f"{status} {answer.reason}".rstrip(), wait)
 
 
 def _first_error(answer: _Answer) -> tuple[str, str]:
@@ -574,5 +556,4 @@ def _os_reason(exc: Exception) -> str:
 
 
 def _trim(value: object) -> str:
-    text = " ".join(str(value).split())
-    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
+    return one_line(value, MAX_ERROR_TEXT)

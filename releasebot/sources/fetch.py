@@ -3,10 +3,11 @@
 Why it exists: feeds are polled often and change rarely, upstreams redirect and
 fail in the usual ways, and air-gapped users mirror them to disk. This adapter sends
 conditional requests when validators were seen, falls back to the body hash when a server
-sends none, retries a few transient failures of ONE poll (bounded, with an injected
-``sleep``), bounds each fetch by an overall deadline (httpx's timeouts are per read, so a
-server trickling bytes would otherwise hold a poll forever), and turns every transport
-problem into the domain's error tree with a one-line message. No ``httpx`` exception, nor
+sends none, retries a few transient failures of ONE poll (the shared bounded policy of
+``edge.retry``, with an injected ``sleep``), bounds each fetch by an overall deadline
+(httpx's timeouts are per read, so a server trickling bytes would otherwise hold a poll
+forever), and turns every transport problem into the domain's error tree with a one-line
+message. No ``httpx`` exception, nor
 any other non-releasebot exception of the transport or the file system, escapes it.
 
 Deliberately not here: parsing (``sources/flatcar.py``, ``sources/nvidia.py``), retries
@@ -19,9 +20,7 @@ from __future__ import annotations
 import hashlib
 import ssl
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
@@ -34,6 +33,15 @@ from releasebot.domain.errors import (
 )
 from releasebot.domain.models import Validators
 from releasebot.domain.ports import FetchedBody, FetchResult, Unchanged
+from releasebot.edge.retry import (
+    RetryPolicy,
+    Sleep,
+    TransientFailure,
+    call_with_retries,
+    parse_retry_after,
+    real_sleep,
+)
+from releasebot.edge.text import one_line
 from releasebot.sources._file import read_regular_file
 from releasebot.sources._json import looks_like_html
 from releasebot.sources._watchdog import Watchdog
@@ -42,27 +50,15 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Largest body accepted. The biggest real feed (beta) is ~1.1 MB; 64 MiB leaves decades of
 growth while stopping a runaway or decompression-bomb response from filling memory."""
 
-MAX_RETRIES = 10
-"""Upper bound for ``retries``: one poll must not turn into minutes of hammering."""
-
 MAX_ERROR_TEXT = 200
 """Longest piece of third-party text (an exception message, a reason phrase) in an error."""
 
 MAX_REDIRECTS = 5
 """Redirect hops ``make_http_client`` follows: old Flatcar hosts redirect once or twice."""
 
-MAX_RETRY_AFTER = timedelta(days=1)
-"""Longest Retry-After believed: a server asking for more still gets polled a day later."""
-
 DEFAULT_DEADLINE = timedelta(minutes=2)
 """Longest one ``fetch`` may take, retries included. The biggest feed (~1.1 MB) arrives in
 seconds even on a slow link; two minutes bounds a poll held open by a trickling server."""
-
-Sleep = Callable[[timedelta], None]
-
-
-def _real_sleep(delay: timedelta) -> None:
-    time.sleep(delay.total_seconds())
 
 
 def make_http_client(
@@ -112,25 +108,21 @@ class HttpFeedFetcher:
         client: httpx.Client,
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        retries: int = 2,
-        sleep: Sleep = _real_sleep,
-        backoff: timedelta = timedelta(seconds=1),
-        max_backoff: timedelta = timedelta(seconds=10),
+        retries: int = RetryPolicy.retries,
+        sleep: Sleep = real_sleep,
+        backoff: timedelta = RetryPolicy.backoff,
+        max_backoff: timedelta = RetryPolicy.max_backoff,
         deadline: timedelta = DEFAULT_DEADLINE,
     ) -> None:
         """``retries`` extra attempts follow a transient failure, after ``backoff`` doubled
         per attempt up to ``max_backoff`` (a Retry-After up to ``max_backoff`` wins).
         ``deadline`` bounds one ``fetch`` as a whole, retries and their waits included."""
-        if not 0 <= retries <= MAX_RETRIES:
-            raise ValueError(f"retries must be between 0 and {MAX_RETRIES}, got {retries}")
         if deadline <= timedelta(0):
             raise ValueError(f"deadline must be positive, got {deadline}")
         self._client = client
         self._max_bytes = max_bytes
-        self._retries = retries
+        self._policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
         self._sleep = sleep
-        self._backoff = backoff
-        self._max_backoff = max_backoff
         self._deadline = deadline
 
     def fetch(self, feed: str, url: str, validators: Validators | None) -> FetchResult:
@@ -155,41 +147,28 @@ class HttpFeedFetcher:
         if old.last_modified and _sendable(old.last_modified):
             headers["If-Modified-Since"] = old.last_modified
         requests = 0
-        attempt = 0
-        while True:
-            attempt += 1
-            server_wait: timedelta | None = None
+
+        def attempt() -> tuple[int, httpx.Headers, bytes]:
+            nonlocal requests
             try:
                 status, answer, body, hops = self._get(feed, url, headers, ends)
             except FeedUnavailableError as exc:
                 requests += 1
-                error: FeedUnavailableError | None = exc
-            else:
-                requests += hops
-                error, server_wait = self._answer_error(feed, url, status, answer)
-            if error is None:
-                break
-            delay = min(self._backoff * 2 ** (attempt - 1), self._max_backoff)
-            if server_wait is not None:
-                delay = server_wait
-            left = ends - time.monotonic()
-            if (
-                attempt > self._retries
-                or delay > self._max_backoff
-                or delay.total_seconds() >= left
-            ):
-                # Out of attempts, or the server asked for a longer wait than one poll may
-                # spend, or the wait would outlast the deadline: the error's retry_after
-                # hands any wait the server asked for to the service.
-                if attempt > 1:
-                    final = FeedUnavailableError(
-                        feed,
-                        f"{error.problem} (after {attempt} attempts)",
-                        retry_after=error.retry_after,
-                    )
-                    raise final from error.__cause__ or error
-                raise error
-            self._sleep(delay)
+                raise TransientFailure(exc.problem) from exc.__cause__
+            requests += hops
+            failure = self._answer_error(feed, url, status, answer)
+            if failure is not None:
+                raise failure
+            return status, answer, body
+
+        def give_up(problem: str, failure: TransientFailure) -> Exception:
+            # A wait the server asked for (too long to sleep here) travels on to the service.
+            wait = {"retry_after": failure.wait} if failure.wait is not None else {}
+            return FeedUnavailableError(feed, problem, **wait)
+
+        status, answer, body = call_with_retries(
+            attempt, self._policy, self._sleep, give_up=give_up, deadline=ends
+        )
         new = Validators(etag=answer.get("ETag"), last_modified=answer.get("Last-Modified"))
         if status == 304:
             return Unchanged(
@@ -283,20 +262,16 @@ class HttpFeedFetcher:
 
     def _answer_error(
         self, feed: str, url: str, status: int, headers: httpx.Headers
-    ) -> tuple[FeedUnavailableError | None, timedelta | None]:
-        """``(None, None)`` for a usable answer; a retryable error and the server's
-        Retry-After; or raise a permanent error."""
+    ) -> TransientFailure | None:
+        """``None`` for a usable answer; a failure another attempt may mend (with the
+        server's Retry-After); or raise a permanent error."""
         if 200 <= status < 300 or status == 304:
-            return None, None
+            return None
         reason = _reason(status)
         if status in (408, 429) or 500 <= status < 600:
-            wait = _retry_after(headers.get("Retry-After"))
             problem = "rate limited (HTTP 429)" if status == 429 else f"server error {status}"
-            if wait is None:
-                return FeedUnavailableError(feed, f"{problem} {reason}".rstrip()), None
-            return FeedUnavailableError(
-                feed, f"{problem} {reason}".rstrip(), retry_after=wait
-            ), wait
+            wait = parse_retry_after(headers.get("Retry-After"))
+            return TransientFailure(f"{problem} {reason}".rstrip(), wait)
         if 300 <= status < 400:
             raise FeedRejectedError(
                 feed, f"HTTP {status} {reason} without a usable Location from {_safe(url)}"
@@ -330,22 +305,6 @@ def _check_body(feed: str, body: bytes, content_type: str) -> None:
         )
 
 
-def _retry_after(value: str | None) -> timedelta | None:
-    """The Retry-After header as a delay: seconds or an HTTP date; ``None`` if absent/odd."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return min(timedelta(seconds=min(int(value), 10**9)), MAX_RETRY_AFTER)
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return min(max(when - datetime.now(UTC), timedelta(0)), MAX_RETRY_AFTER)
-
-
 def _sendable(value: str) -> bool:
     """A stored validator goes back into a header only if it is one line of printable ASCII
     (a mangled one would otherwise fail every poll before it reached the server)."""
@@ -374,10 +333,4 @@ def _safe(url: str) -> str:
 
 
 def _trim(value: object) -> str:
-    """Third-party text made one printable line of at most ``MAX_ERROR_TEXT`` characters."""
-    text = " ".join(str(value)[: 4 * MAX_ERROR_TEXT].split())
-    if not text.isprintable():  # control characters left after the whitespace went
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-    if len(text) > MAX_ERROR_TEXT:
-        return text[: MAX_ERROR_TEXT - 1] + "…"
-    return text
+    return one_line(value, MAX_ERROR_TEXT)

@@ -196,7 +196,8 @@ def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
     if dry_run:
         return MemoryJobLauncher(options)
     # lightkube costs a fifth of a second to import: only commands that launch pay for it
-    from releasebot.builders.kubernetes import KubernetesJobLauncher, make_kube_client
+    from releasebot.builders.kubernetes import KubernetesJobLauncher
+    from releasebot.edge.kube import make_kube_client
 
     kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
     client = make_kube_client(kubeconfig, settings.kubernetes.namespace)

@@ -90,7 +90,7 @@ def make_elector(settings: Settings, identity: str) -> LeaderElector:
     run = settings.run
     if run.leader_election == "none":
         return AlwaysLeader(identity)
-    from releasebot.builders.kubernetes import make_kube_client
+    from releasebot.edge.kube import make_kube_client
     from releasebot.leader.lease import KubernetesLeaseElector
 
     lease = timedelta(seconds=run.lease_seconds)

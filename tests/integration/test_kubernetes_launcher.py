@@ -22,12 +22,7 @@ import httpx
 import pytest
 
 from releasebot.builders.kaniko import LOG_TAIL_MAX_CHARS, KanikoOptions
-from releasebot.builders.kubernetes import (
-    ERROR_TEXT_MAX_CHARS,
-    LOG_TAIL_LINES,
-    KubernetesJobLauncher,
-    make_kube_client,
-)
+from releasebot.builders.kubernetes import LOG_TAIL_LINES, KubernetesJobLauncher
 from releasebot.domain.builds import (
     BuildRequest,
     BuildTarget,
@@ -43,6 +38,7 @@ from releasebot.domain.errors import (
     TemporaryError,
 )
 from releasebot.domain.versions import Arch
+from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, make_kube_client
 from tests.support.kubeapi import FakeKubeApi
 
 DIGEST = "sha256:" + "c0" * 32

@@ -1,0 +1,202 @@
+"""The Kubernetes API client, made and called one way for every adapter that uses it.
+
+The build Job launcher and the leader election both talk to the API server through
+lightkube (on httpx2, decoding with msgspec). What they share is here: building the client
+from a kubeconfig or the in-cluster service account (``make_kube_client``), and calling it
+with every lightkube, httpx2 and msgspec failure translated into the domain's error tree
+(``kube_call``): 5xx, 408, 429, network failures, timeouts and unreadable answers are
+``ClusterUnavailableError`` (retried by the given ``RetryPolicy`` first), other refusals
+(403, 422, 400…) ``ClusterRejectedError`` at once. A status the caller handles itself
+(404 on a read, 409 on a create) comes back as ``Answered``.
+
+Deliberately not here: what any request means (the adapters), and watching.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+import httpx2
+import msgspec
+from lightkube import Client, KubeConfig
+from lightkube.core.exceptions import ApiError
+
+from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError, ConfigError
+from releasebot.edge.retry import (
+    RetryPolicy,
+    Sleep,
+    TransientFailure,
+    call_with_retries,
+    parse_retry_after,
+    real_sleep,
+)
+from releasebot.edge.text import one_line
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = timedelta(seconds=10)
+"""Per request; the API server answers in milliseconds when healthy."""
+ERROR_TEXT_MAX_CHARS = 300
+"""API server messages quoted in errors and statuses are cut to one line of this length."""
+RETRY_AFTER_MAX = timedelta(minutes=5)
+"""The longest ``Retry-After`` of an API server passed on to the caller."""
+LIBRARY_ERRORS = (
+    httpx2.HTTPError,
+    httpx2.StreamError,
+    msgspec.MsgspecError,
+    json.JSONDecodeError,
+    KeyError,  # lightkube reading an error answer without the exact JSON Content-Type
+)
+"""What lightkube lets escape from a call."""
+_TEMPORARY_CODES = frozenset({408, 429})
+_DEFAULT_POLICY = RetryPolicy()
+
+
+def make_kube_client(
+    kubeconfig: str | None,
+    namespace: str | None = None,
+    *,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+) -> Client:
+    """A lightkube client from a kubeconfig file, or in-cluster config when ``kubeconfig`` is
+    ``None`` (the Pod's service-account token, CA and ``KUBERNETES_SERVICE_HOST``).
+
+    ``namespace`` is the client's default; the adapters name their namespace on every call.
+    Raises ``ConfigError`` when the configuration cannot be loaded. Connects to nothing.
+    """
+    key = "kubeconfig" if kubeconfig is not None else "kubernetes"
+    try:
+        if kubeconfig is not None:
+            config = KubeConfig.from_file(kubeconfig)
+        else:
+            config = KubeConfig.from_service_account()
+        return Client(
+            config=config,
+            namespace=namespace,
+            timeout=httpx2.Timeout(timeout.total_seconds()),
+            field_manager="releasebot",
+        )
+    # Loading a kubeconfig fails in library-specific ways (lightkube's ConfigError, YAML,
+    # msgspec, a missing environment variable or CA file): all mean the same to the user.
+    except Exception as error:
+        where = kubeconfig if kubeconfig is not None else "in-cluster service account"
+        detail = _one_line(f"{type(error).__name__}: {error}")
+        raise ConfigError(key, f"cannot load Kubernetes config from {where}: {detail}") from error
+
+
+@dataclass(frozen=True)
+class KubeFailure:
+    """One failed API call, classified."""
+
+    code: int | None
+    """The HTTP status, when the API server (or a proxy in front of it) answered."""
+    text: str
+    temporary: bool
+    retry_after: timedelta | None = None
+
+
+class Answered(Exception):
+    """The API server answered with a status the caller asked to handle itself."""
+
+    def __init__(self, failure: KubeFailure) -> None:
+        super().__init__(failure.text)
+        self.failure = failure
+
+
+def kube_call(
+    what: str,
+    operation: Callable[[], T],
+    *,
+    policy: RetryPolicy = _DEFAULT_POLICY,
+    sleep: Sleep = real_sleep,
+    answers: Collection[int] = (),
+) -> T:
+    """``operation()`` retried by ``policy``, every library error translated.
+
+    ``what`` names the request in messages (``create job rb-…``). An HTTP status in
+    ``answers`` is raised as ``Answered`` for the caller to handle.
+    """
+
+    def attempt() -> T:
+        try:
+            return operation()
+        except LIBRARY_ERRORS as error:
+            failure = classify(what, error)
+            if failure is None:
+                raise  # a KeyError of our own making: a bug, not the cluster
+            if failure.code is not None and failure.code in answers:
+                raise Answered(failure) from error
+            if not failure.temporary:
+                raise ClusterRejectedError(failure.text) from error
+            raise TransientFailure(failure.text, failure.retry_after) from error
+
+    def give_up(problem: str, failure: TransientFailure) -> Exception:
+        wait = {"retry_after": failure.wait} if failure.wait else {}
+        return ClusterUnavailableError(problem, **wait)
+
+    return call_with_retries(attempt, policy, sleep, give_up=give_up)
+
+
+def classify(what: str, error: Exception) -> KubeFailure | None:
+    """What a lightkube/httpx2/msgspec error means; ``None`` for an unrelated ``KeyError``."""
+    prefix = f"kubernetes {what}"
+    if isinstance(error, ApiError):
+        code = error.response.status_code
+        status = error.status
+        detail = f"{code} {status.reason or error.response.reason_phrase}: {status.message or ''}"
+        return _http_failure(prefix, code, detail, error.response)
+    if isinstance(error, httpx2.HTTPStatusError):
+        return _from_response(prefix, error.response)
+    if isinstance(error, KeyError | json.JSONDecodeError | msgspec.MsgspecError):
+        # lightkube turns an error response into ApiError only when its Content-Type is
+        # exactly application/json, reading the header with [] (KeyError when absent),
+        # parsing the body (JSONDecodeError when it lies about being JSON) and decoding a
+        # Status (msgspec errors when it is some other JSON).
+        answer = _status_error_behind(error)
+        if answer is not None:
+            return _from_response(prefix, answer.response)
+        if isinstance(error, KeyError):
+            return None
+        # A success answer whose body is not the object asked for.
+        return KubeFailure(None, _one_line(f"{prefix}: unreadable answer: {error}"), True)
+    if isinstance(error, httpx2.TimeoutException):
+        return KubeFailure(None, _one_line(f"{prefix}: timed out ({type(error).__name__})"), True)
+    return KubeFailure(None, _one_line(f"{prefix}: {type(error).__name__}: {error}"), True)
+
+
+def _status_error_behind(error: BaseException) -> httpx2.HTTPStatusError | None:
+    """The HTTP error response lightkube was handling when ``error`` happened, if any."""
+    context = error.__context__
+    for _ in range(5):  # the JSON decoder adds a StopIteration in between
+        if context is None or isinstance(context, httpx2.HTTPStatusError):
+            return context
+        context = context.__context__
+    return None
+
+
+def _from_response(prefix: str, response: httpx2.Response) -> KubeFailure:
+    try:
+        body = response.text
+    except (httpx2.HTTPError, httpx2.StreamError, UnicodeDecodeError):
+        body = ""
+    detail = f"{response.status_code} {response.reason_phrase}: {body}"
+    return _http_failure(prefix, response.status_code, detail, response)
+
+
+def _http_failure(prefix: str, code: int, detail: str, response: httpx2.Response) -> KubeFailure:
+    temporary = code >= 500 or code in _TEMPORARY_CODES
+    wait = parse_retry_after(response.headers.get("Retry-After")) if temporary else None
+    return KubeFailure(
+        code,
+        _one_line(f"{prefix}: {detail}"),
+        temporary,
+        None if wait is None else min(wait, RETRY_AFTER_MAX),
+    )
+
+
+def _one_line(text: str) -> str:
+    return one_line(text, ERROR_TEXT_MAX_CHARS)
