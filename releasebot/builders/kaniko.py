@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import Any
 
 from releasebot.domain.builds import BuildRequest
+from releasebot.domain.errors import InvalidOptionError
 
 DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.27.6"
 """The maintained fork's executor (GoogleContainerTools/kaniko is archived). A tag is a
@@ -114,15 +115,6 @@ PUSH_RETRY_MAX = 10
 LOG_TAIL_MAX_CHARS = 4000
 """The end of a failed build's log that is kept, so one runaway line cannot flood the store
 or a chat message; both launchers trim to it."""
-
-
-class InvalidOptionError(ValueError):
-    """A ``KanikoOptions`` field is invalid; ``field`` names it for the config layer."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from releasebot.domain.errors import PermanentError
+from releasebot.domain.errors import CommandError
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, is_oci_tag
 
 MAX_TEXT_LENGTH = 200
@@ -67,13 +67,6 @@ _EXAMPLES = {
     Verb.BUILD: "e.g. build 580.95.05 4593.2.4 amd64",
     Verb.RETRY: "e.g. retry 580.95.05-flatcar4593.2.4",
 }
-
-
-class CommandError(PermanentError):
-    """The text is not a valid command; ``str()`` is a short message for the chat user.
-
-    The message never repeats characters outside the allowed set, so it is safe to show.
-    """
 
 
 @dataclass(frozen=True)

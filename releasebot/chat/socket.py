@@ -29,7 +29,11 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web import WebClient
 
 from releasebot.chat.slack import SlashCommandHandler, SlashRequest
-from releasebot.domain.errors import ConfigError, PermanentError, TemporaryError
+from releasebot.domain.errors import (
+    ConfigError,
+    SocketModeRejectedError,
+    SocketModeUnavailableError,
+)
 
 log = logging.getLogger("releasebot.chat.socket")
 
@@ -37,14 +41,6 @@ SLACK_API_BASE_URL = "https://slack.com/api/"
 _AUTH_ERRORS = frozenset(
     {"invalid_auth", "not_authed", "not_allowed_token_type", "account_inactive", "token_revoked"}
 )
-
-
-class SocketModeUnavailableError(TemporaryError):
-    """Slack could not open a Socket Mode connection right now (network, 5xx, rate limit)."""
-
-
-class SocketModeRejectedError(PermanentError):
-    """Slack refused the app token (invalid, revoked, or not an app-level token)."""
 
 
 class SocketModeFrontDoor:

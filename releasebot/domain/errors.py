@@ -8,10 +8,14 @@ Every error says what the caller does next by its branch::
     │   ├── StoreUnavailableError    the database cannot be reached right now
     │   ├── RegistryUnavailableError registry unreachable, timed out, 5xx, 429
     │   ├── ClusterUnavailableError  Kubernetes API unreachable, timed out, 5xx, 429
-    │   └── ChatUnavailableError     Slack unreachable, 5xx, 429
-
+    │   ├── ChatUnavailableError     Slack unreachable, 5xx, 429
+    │   └── SocketModeUnavailableError  no Socket Mode connection to Slack right now
+    │
     └── PermanentError          record it and tell a human; retrying will not help
         ├── ConfigError              a setting is missing or invalid (names the key)
+        ├── InvalidOptionError       an adapter was built with an invalid option (names it;
+        │                            a ValueError too: a programming error when not from
+        │                            the settings, which check every option first)
         ├── FeedRejectedError        the feed answered 4xx: wrong URL or no access
         ├── FeedFormatError          HTML, truncated JSON, wrong shape, bad version
         ├── VersionError             a string is not a valid Flatcar or driver version
@@ -21,7 +25,11 @@ Every error says what the caller does next by its branch::
         ├── RegistryError            any other refusal by the registry (bad manifest…)
         ├── ClusterRejectedError     the API server refused a request (403, 422…)
         ├── ChatRejectedError        Slack answered ok: false (token, scope, channel…)
-        └── UnknownTargetError       a hand-asked build names no known release
+        ├── SocketModeRejectedError  Slack refused the app token for Socket Mode
+        ├── CommandError             a chat command that does not parse (says the usage)
+        ├── UnknownTargetError       a hand-asked build names no known release
+        └── TargetBusyError          a hand-asked build of a target that is building, or
+                                     published (without --force)
 
 ``FeedError`` is a mixin carrying the feed's name for the feed errors on both branches.
 Adapters translate third-party exceptions into these with ``raise ... from``; nothing from
@@ -143,3 +151,35 @@ class ChatRejectedError(PermanentError):
         self.method = method
         self.code = code
         self.affects_all = affects_all
+
+
+class SocketModeUnavailableError(TemporaryError):
+    """Slack could not open a Socket Mode connection right now (network, 5xx, rate limit)."""
+
+
+class SocketModeRejectedError(PermanentError):
+    """Slack refused the app token (invalid, revoked, or not an app-level token)."""
+
+
+class InvalidOptionError(PermanentError, ValueError):
+    """An adapter's option is invalid; ``field`` names it for the settings layer.
+
+    The settings check every option with the same rules before any adapter is built, so
+    outside of tests this means a programming error; it is a ``ValueError`` for that reason.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class CommandError(PermanentError):
+    """The text is not a valid chat command; ``str()`` is a short message for the chat user.
+
+    The message never repeats characters outside the allowed set, so it is safe to show.
+    """
+
+
+class TargetBusyError(PermanentError):
+    """A hand-asked build of a target that is building, or published without --force."""

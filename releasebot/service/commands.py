@@ -22,16 +22,11 @@ from datetime import datetime
 from typing import Any
 
 from releasebot.chat.commands import HELP_TEXT, Command, Verb
-from releasebot.domain.errors import ReleasebotError
+from releasebot.domain.errors import ReleasebotError, TargetBusyError
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
 from releasebot.domain.versions import Arch
-from releasebot.service.reconcile import (
-    PAUSED_FLAG,
-    CycleReport,
-    ReconcileService,
-    TargetBusyError,
-)
+from releasebot.service.reconcile import PAUSED_FLAG, CycleReport, ReconcileService
 
 log = logging.getLogger("releasebot.commands")
 

@@ -41,8 +41,8 @@ from releasebot.domain.builds import (
 from releasebot.domain.errors import (
     ClusterRejectedError,
     ClusterUnavailableError,
-    PermanentError,
     ReleasebotError,
+    TargetBusyError,
     TemporaryError,
 )
 from releasebot.domain.events import Event, EventKind, build_key
@@ -54,10 +54,6 @@ from releasebot.service.plan import PlanResult, PlanService
 log = logging.getLogger("releasebot.reconcile")
 
 PAUSED_FLAG = "paused"
-
-
-class TargetBusyError(PermanentError):
-    """A hand-asked build of a target that is building, or published without --force."""
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from releasebot.builders.kaniko import InvalidOptionError, KanikoOptions
+from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.errors import ConfigError, InvalidOptionError
 from releasebot.domain.ports import JobLauncher, Registry, StateStore
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService

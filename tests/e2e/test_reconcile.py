@@ -25,18 +25,13 @@ from sqlalchemy import Engine
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
 from releasebot.domain.builds import BuildState, FailureReason
-from releasebot.domain.errors import RegistryError
+from releasebot.domain.errors import RegistryError, TargetBusyError
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.domain.versions import Arch
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedSpec, PlanService
-from releasebot.service.reconcile import (
-    CycleReport,
-    ReconcileOptions,
-    ReconcileService,
-    TargetBusyError,
-)
+from releasebot.service.reconcile import CycleReport, ReconcileOptions, ReconcileService
 from releasebot.sources.fetch import HttpFeedFetcher
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine

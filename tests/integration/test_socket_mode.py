@@ -21,10 +21,12 @@ import pytest
 
 from releasebot.chat.socket import (
     SocketModeFrontDoor,
+)
+from releasebot.domain.errors import (
+    ConfigError,
     SocketModeRejectedError,
     SocketModeUnavailableError,
 )
-from releasebot.domain.errors import ConfigError
 from releasebot.service.reconcile import PAUSED_FLAG
 from tests.integration.test_slash_http import (
     ADMIN,

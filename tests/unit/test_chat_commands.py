@@ -10,11 +10,10 @@ from releasebot.chat.commands import (
     HELP_TEXT,
     MAX_TEXT_LENGTH,
     Command,
-    CommandError,
     Verb,
     parse_command,
 )
-from releasebot.domain.errors import PermanentError
+from releasebot.domain.errors import CommandError, PermanentError
 from releasebot.domain.versions import Arch
 
 

@@ -24,12 +24,12 @@ import pytest
 from releasebot.builders.kaniko import (
     DEFAULT_EXECUTOR_IMAGE,
     KANIKO_CAPABILITIES,
-    InvalidOptionError,
     KanikoOptions,
     render_job,
     target_label_value,
 )
 from releasebot.domain.builds import BuildRequest, BuildTarget, build_request
+from releasebot.domain.errors import InvalidOptionError
 from releasebot.domain.versions import Arch
 
 GIT_CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
