@@ -339,16 +339,16 @@ def _print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> No
     header = ("TAG", "DRIVER", "FLATCAR", "CHANNEL", "KERNEL", "ARCHES", "STATE", "DIGEST")
     rows = [header] + [
         (
-            t.tag,
-            t.driver_version,
-            t.flatcar_version,
-            t.flatcar_channel,
-            t.kernel,
-            ",".join(t.arches),
-            t.state.value,
-            _short_digest(t.digest),
+            r.tag,
+            r.target.driver_version.text,
+            r.target.flatcar_version.text,
+            r.target.flatcar_channel,
+            r.target.kernel,
+            ",".join(r.target.arches),
+            r.state.value,
+            _short_digest(r.digest),
         )
-        for t in targets
+        for r in targets
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
@@ -360,21 +360,22 @@ def _short_digest(digest: str | None) -> str:
     return "" if digest is None else digest[: len("sha256:") + 12]
 
 
-def _target_json(target: TargetRecord) -> dict[str, Any]:
+def _target_json(record: TargetRecord) -> dict[str, Any]:
+    target = record.target
     return {
         "tag": target.tag,
-        "driver_version": target.driver_version,
+        "driver_version": target.driver_version.text,
         "driver_branch": target.driver_branch,
-        "flatcar_version": target.flatcar_version,
+        "flatcar_version": target.flatcar_version.text,
         "flatcar_channel": target.flatcar_channel,
         "kernel": target.kernel,
         "kernel_release": target.kernel_release,
         "arches": [arch.value for arch in target.arches],
-        "state": target.state.value,
-        "digest": target.digest,
-        "attempts": target.attempts,
-        "last_error": target.last_error,
-        "first_planned_at": target.first_planned_at.isoformat(),
+        "state": record.state.value,
+        "digest": record.digest,
+        "attempts": record.attempts,
+        "last_error": record.last_error,
+        "first_planned_at": record.first_planned_at.isoformat(),
     }
 
 

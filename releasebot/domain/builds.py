@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from releasebot.domain.errors import InvalidTagError
+from releasebot.domain.models import Target
 from releasebot.domain.versions import Arch, is_oci_tag
 
 LABEL_PREFIX = "releasebot"
@@ -40,31 +41,10 @@ JOB_NAME_MAX = 63  # a Job's name becomes its Pods' job-name label value: 63 at 
 
 
 @dataclass(frozen=True)
-class BuildTarget:
-    """What a build needs to know about its target (a slice of ``TargetRecord``)."""
-
-    tag: str
-    driver_version: str
-    driver_branch: str
-    flatcar_version: str
-    flatcar_channel: str
-    kernel: str
-    arches: tuple[Arch, ...]
-
-    @property
-    def kernel_release(self) -> str:
-        return f"{self.kernel}-flatcar"
-
-    @property
-    def multi_arch(self) -> bool:
-        return len(self.arches) > 1
-
-
-@dataclass(frozen=True)
 class BuildRequest:
     """One Kaniko run: one target, one arch, one attempt."""
 
-    target: BuildTarget
+    target: Target
     arch: Arch
     attempt: int
     job_name: str
@@ -95,7 +75,7 @@ def job_name(tag: str, arch: Arch, attempt: int) -> str:
 
 
 def build_request(
-    target: BuildTarget,
+    target: Target,
     arch: Arch,
     attempt: int,
     extra_args: tuple[tuple[str, str], ...] = (),
@@ -104,17 +84,17 @@ def build_request(
     contract (compiler major, mirrors, key fingerprint, recipe revision)."""
     destination = arch_tag(target.tag, arch) if target.multi_arch else target.tag
     args = (
-        ("DRIVER_VERSION", target.driver_version),
+        ("DRIVER_VERSION", target.driver_version.text),
         ("DRIVER_BRANCH", target.driver_branch),
-        ("FLATCAR_VERSION", target.flatcar_version),
+        ("FLATCAR_VERSION", target.flatcar_version.text),
         ("FLATCAR_CHANNEL", target.flatcar_channel),
         ("KERNEL_VERSION", target.kernel_release),
         ("TARGETARCH", arch.value),
         *((name, value) for name, value in extra_args if name not in BUILD_ARG_NAMES),
     )
     labels = (
-        (DRIVER_LABEL, target.driver_version),
-        (FLATCAR_LABEL, target.flatcar_version),
+        (DRIVER_LABEL, target.driver_version.text),
+        (FLATCAR_LABEL, target.flatcar_version.text),
         (KERNEL_LABEL, target.kernel_release),
         (CHANNEL_LABEL, target.flatcar_channel),
         ("org.opencontainers.image.version", target.tag),

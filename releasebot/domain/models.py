@@ -1,7 +1,9 @@
 """The domain's values: releases as the feeds describe them, feeds' poll state, targets.
 
 All are frozen dataclasses built by the parsers and the store; code inside the domain
-trusts them (validation happens at the edges).
+trusts them (validation happens at the edges). A target has ONE shape, ``Target``, from
+the policy to the Job's build args and the store's rows; ``TargetRecord`` is a target with
+the state the store keeps for it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,16 @@ import enum
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, sorted_arches
+from releasebot.domain.errors import InvalidTagError
+from releasebot.domain.versions import (
+    Arch,
+    DriverVersion,
+    FlatcarVersion,
+    image_tag,
+    is_oci_tag,
+    kernel_release,
+    sorted_arches,
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,7 @@ class FlatcarRelease:
     @property
     def kernel_release(self) -> str:
         """The kernel release as ``uname -r`` reports it on the node (``6.12.102-flatcar``)."""
-        return f"{self.kernel}-flatcar"
+        return kernel_release(self.kernel)
 
 
 @dataclass(frozen=True)
@@ -94,30 +105,65 @@ class TargetState(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class PlannedTarget:
-    """One image the policy says must exist: a driver built for one Flatcar release."""
+class Target:
+    """One image that must exist: a driver built for one Flatcar release, for some arches.
+
+    ``tag`` is its identity, the tag the GPU Operator pulls (``image_tag``); the rest is what
+    the build needs. Versions stay typed all the way to the Job's build args (``.text`` is
+    upstream's exact spelling). Construction checks the tag and keeps the arches sorted and
+    unique, so two equal targets are equal field by field.
+    """
 
     tag: str
-    driver: DriverRelease
-    flatcar: FlatcarRelease
-    arches: frozenset[Arch]
-    feeds: tuple[str, ...]
-    """The configured Flatcar channels whose policy selected this release."""
+    driver_version: DriverVersion
+    driver_branch: str
+    flatcar_version: FlatcarVersion
+    flatcar_channel: str
+    """The release's own ``channel`` (``lts`` for every LTS stream)."""
+    kernel: str
+    """Upstream kernel version (``6.12.102``)."""
+    arches: tuple[Arch, ...]
+
+    def __post_init__(self) -> None:
+        if not is_oci_tag(self.tag):
+            raise InvalidTagError(f"{self.tag!r} is not a valid OCI tag")
+        arches = sorted_arches(frozenset(self.arches))
+        if not arches:
+            raise ValueError(f"target {self.tag} has no arch")
+        object.__setattr__(self, "arches", arches)
+
+    @classmethod
+    def of(cls, driver: DriverRelease, flatcar: FlatcarRelease, arches: frozenset[Arch]) -> Target:
+        """The target of ``driver`` on ``flatcar`` for ``arches`` (the policy's choice)."""
+        return cls(
+            tag=image_tag(driver.version, flatcar.version),
+            driver_version=driver.version,
+            driver_branch=driver.branch,
+            flatcar_version=flatcar.version,
+            flatcar_channel=flatcar.channel,
+            kernel=flatcar.kernel,
+            arches=sorted_arches(arches),
+        )
+
+    @property
+    def kernel_release(self) -> str:
+        """The kernel release as ``uname -r`` reports it on the node (``6.12.102-flatcar``)."""
+        return kernel_release(self.kernel)
+
+    @property
+    def multi_arch(self) -> bool:
+        """Built as one image per arch joined by an OCI index."""
+        return len(self.arches) > 1
 
 
 @dataclass(frozen=True)
 class TargetRecord:
-    """A target as the store keeps it, with its state."""
+    """A target as the store keeps it: the target itself, and where it stands."""
 
-    tag: str
-    driver_version: str
-    driver_branch: str
-    flatcar_version: str
-    flatcar_channel: str
-    kernel: str
-    arches: tuple[Arch, ...]
+    target: Target
     state: TargetState
     required: bool
+    """Whether the policy wants it now (targets that drop out of the plan are kept)."""
     first_planned_at: datetime
     updated_at: datetime
     digest: str | None = None
@@ -128,62 +174,32 @@ class TargetRecord:
     published_at: datetime | None = None
 
     @property
-    def kernel_release(self) -> str:
-        """The kernel release as ``uname -r`` reports it on the node (``6.12.102-flatcar``)."""
-        return f"{self.kernel}-flatcar"
+    def tag(self) -> str:
+        return self.target.tag
 
     @classmethod
-    def from_planned(cls, target: PlannedTarget, *, now: datetime) -> TargetRecord:
+    def new(cls, target: Target, *, now: datetime, required: bool = True) -> TargetRecord:
+        """A target never stored before: not yet checked against the registry."""
         return cls(
-            tag=target.tag,
-            driver_version=target.driver.version.text,
-            driver_branch=target.driver.branch,
-            flatcar_version=target.flatcar.version.text,
-            flatcar_channel=target.flatcar.channel,
-            kernel=target.flatcar.kernel,
-            arches=sorted_arches(target.arches),
+            target=target,
             state=TargetState.UNKNOWN,
-            required=True,
+            required=required,
             first_planned_at=now,
             updated_at=now,
         )
 
     def replanned(self, planned: TargetRecord, now: datetime) -> TargetRecord:
-        """This record with the plan fields of ``planned``; state and history are kept."""
+        """This record with the target and ``required`` of ``planned``; state and history
+        are kept, except that a published tag whose arches changed becomes stale."""
         if self.same_plan(planned):
             return self
         state = self.state
-        if state is TargetState.PUBLISHED and planned.arches != self.arches:
+        if state is TargetState.PUBLISHED and planned.target.arches != self.target.arches:
             state = TargetState.STALE  # the tag holds the old arches: build it again
         return replace(
-            self,
-            state=state,
-            driver_version=planned.driver_version,
-            driver_branch=planned.driver_branch,
-            flatcar_version=planned.flatcar_version,
-            flatcar_channel=planned.flatcar_channel,
-            kernel=planned.kernel,
-            arches=planned.arches,
-            required=planned.required,
-            updated_at=now,
+            self, state=state, target=planned.target, required=planned.required, updated_at=now
         )
 
     def same_plan(self, other: TargetRecord) -> bool:
         """True when ``other`` describes the same build (ignores state and timestamps)."""
-        return (
-            self.driver_version,
-            self.driver_branch,
-            self.flatcar_version,
-            self.flatcar_channel,
-            self.kernel,
-            self.arches,
-            self.required,
-        ) == (
-            other.driver_version,
-            other.driver_branch,
-            other.flatcar_version,
-            other.flatcar_channel,
-            other.kernel,
-            other.arches,
-            other.required,
-        )
+        return (self.target, self.required) == (other.target, other.required)

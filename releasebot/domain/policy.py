@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from releasebot.domain.models import DriverRelease, FlatcarRelease, PlannedTarget
-from releasebot.domain.versions import Arch, image_tag
+from releasebot.domain.models import DriverRelease, FlatcarRelease, Target
+from releasebot.domain.versions import Arch
 
 FLATCAR_CHANNELS = ("stable", "beta", "alpha", "lts")
 _LTS_STREAM_RE = re.compile(r"lts-(20[0-9]{2})")
@@ -78,33 +78,22 @@ def plan_targets(
     policy: Policy,
     flatcar_by_channel: Mapping[str, Iterable[FlatcarRelease]],
     drivers: Iterable[DriverRelease],
-) -> list[PlannedTarget]:
+) -> list[Target]:
     """Every image that must exist, ordered newest Flatcar first, then newest driver.
 
-    A release listed by two configured feeds (``lts`` and ``lts-2024``) is one target; its
-    ``feeds`` names both. Arches are what the release lists, the driver lists and the
-    configuration wants, all three; a pair with no arch in common is no target.
+    A release listed by two configured feeds (``lts`` and ``lts-2024``) is one target.
+    Arches are what the release lists, the driver lists and the configuration wants, all
+    three; a pair with no arch in common is no target.
     """
-    chosen: dict[str, tuple[FlatcarRelease, list[str]]] = {}
+    chosen: dict[str, FlatcarRelease] = {}
     for channel in policy.flatcar.channels:
         for release in select_flatcar_releases(flatcar_by_channel.get(channel, ()), policy.flatcar):
-            entry = chosen.setdefault(release.version.text, (release, []))
-            entry[1].append(channel)
+            chosen.setdefault(release.version.text, release)
     selected_drivers = select_drivers(drivers, policy.drivers, policy.flatcar.arches)
-    targets: list[PlannedTarget] = []
-    releases = sorted(chosen.values(), key=lambda item: item[0].version, reverse=True)
-    for release, feeds in releases:
+    targets: list[Target] = []
+    for release in sorted(chosen.values(), key=lambda release: release.version, reverse=True):
         for driver in selected_drivers:
             arches = release.arches & driver.arches & policy.flatcar.arches
-            if not arches:
-                continue
-            targets.append(
-                PlannedTarget(
-                    tag=image_tag(driver.version, release.version),
-                    driver=driver,
-                    flatcar=release,
-                    arches=arches,
-                    feeds=tuple(feeds),
-                )
-            )
+            if arches:
+                targets.append(Target.of(driver, release, arches))
     return targets

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from releasebot.domain.builds import BuildRecord, BuildRequest, BuildTarget, JobStatus
+from releasebot.domain.builds import BuildRecord, BuildRequest, JobStatus
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
-    PlannedTarget,
+    Target,
     TargetRecord,
     Validators,
 )
@@ -101,7 +101,7 @@ class StateStore(Protocol):
     def driver_releases(self, feed: str) -> list[DriverRelease]:
         """Every driver release the NVIDIA feed has ever listed."""
 
-    def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
+    def sync_targets(self, planned: Sequence[Target], now: datetime) -> list[TargetRecord]:
         """Make ``planned`` the required targets; return them as stored, in plan order.
 
         New targets are inserted, changed ones updated, targets no longer planned are kept
@@ -112,8 +112,8 @@ class StateStore(Protocol):
 
     def target(self, tag: str) -> TargetRecord | None: ...
 
-    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
-        """The stored target for ``planned.tag``; inserted as not required if new.
+    def ensure_target(self, target: Target, now: datetime) -> TargetRecord:
+        """The stored target for ``target.tag``; inserted as not required if new.
 
         For targets asked for by hand: the policy's ``sync_targets`` makes it required if
         the policy ever selects it, and never deletes it.
@@ -229,4 +229,4 @@ class ArtifactSource(Protocol):
     cannot be reached raises a ``TemporaryError``.
     """
 
-    def readiness(self, target: BuildTarget, arch: Arch) -> Readiness: ...
+    def readiness(self, target: Target, arch: Arch) -> Readiness: ...

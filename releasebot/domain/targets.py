@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from releasebot.domain.models import PlannedTarget, TargetRecord
+from releasebot.domain.models import Target, TargetRecord
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class TargetDiff:
 
 
 def diff_targets(
-    stored: Mapping[str, TargetRecord], planned: Sequence[PlannedTarget], now: datetime
+    stored: Mapping[str, TargetRecord], planned: Sequence[Target], now: datetime
 ) -> TargetDiff:
     """Make ``planned`` the required targets, given the ``stored`` ones by tag.
 
@@ -37,7 +37,7 @@ def diff_targets(
     are ignored. A plan identical to the stored one inserts and updates nothing. Raises
     ``ValueError`` when the plan lists a tag twice (a policy bug, not a data problem).
     """
-    wanted = [TargetRecord.from_planned(target, now=now) for target in planned]
+    wanted = [TargetRecord.new(target, now=now) for target in planned]
     tags = {record.tag for record in wanted}
     if len(tags) != len(wanted):
         raise ValueError("sync_targets: the plan lists a tag twice")
@@ -60,10 +60,10 @@ def diff_targets(
     return TargetDiff(result=tuple(result), inserts=tuple(inserts), updates=tuple(updates))
 
 
-def requested_target(planned: PlannedTarget, now: datetime) -> TargetRecord:
+def requested_target(target: Target, now: datetime) -> TargetRecord:
     """The record of a target asked for by hand: stored if new, but not required.
 
     Only the policy makes a target required (``diff_targets``); a hand-asked one that the
     policy never selects stays optional and is never deleted.
     """
-    return replace(TargetRecord.from_planned(planned, now=now), required=False)
+    return TargetRecord.new(target, now=now, required=False)

@@ -8,6 +8,7 @@ string upstream published, because the GPU Operator builds image tags from those
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -30,11 +31,7 @@ class FlatcarVersion:
 
     @classmethod
     def parse(cls, text: str) -> FlatcarVersion:
-        match = _FLATCAR_RE.fullmatch(text)
-        if match is None:
-            raise VersionError(f"{text!r} is not a Flatcar version (expected MAJOR.MINOR.PATCH)")
-        major, minor, patch = (int(part) for part in match.groups())
-        return cls((major, minor, patch), text)
+        return _parse_flatcar(text)
 
     @staticmethod
     def is_valid(text: str) -> bool:
@@ -53,12 +50,7 @@ class DriverVersion:
 
     @classmethod
     def parse(cls, text: str) -> DriverVersion:
-        match = _DRIVER_RE.fullmatch(text)
-        if match is None:
-            raise VersionError(
-                f"{text!r} is not an NVIDIA driver version (expected e.g. 580.178.04)"
-            )
-        return cls(tuple(int(part) for part in match.groups() if part is not None), text)
+        return _parse_driver(text)
 
     @staticmethod
     def is_valid(text: str) -> bool:
@@ -72,9 +64,34 @@ class DriverVersion:
         return self.text
 
 
+# Every cycle reads every release and target back from the store: a version is parsed once
+# per process (they are immutable; only valid, short strings are ever cached).
+@functools.lru_cache(maxsize=8192)
+def _parse_flatcar(text: str) -> FlatcarVersion:
+    match = _FLATCAR_RE.fullmatch(text)
+    if match is None:
+        raise VersionError(f"{text!r} is not a Flatcar version (expected MAJOR.MINOR.PATCH)")
+    major, minor, patch = (int(part) for part in match.groups())
+    return FlatcarVersion((major, minor, patch), text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_driver(text: str) -> DriverVersion:
+    match = _DRIVER_RE.fullmatch(text)
+    if match is None:
+        raise VersionError(f"{text!r} is not an NVIDIA driver version (expected e.g. 580.178.04)")
+    return DriverVersion(tuple(int(part) for part in match.groups() if part is not None), text)
+
+
 def is_driver_branch(text: str) -> bool:
     """True when ``text`` names a driver branch such as ``580``."""
     return _BRANCH_RE.fullmatch(text) is not None
+
+
+def kernel_release(kernel: str) -> str:
+    """The kernel release ``uname -r`` reports on a Flatcar node for the upstream kernel
+    version the feed lists: ``6.12.102`` runs as ``6.12.102-flatcar``."""
+    return f"{kernel}-flatcar"
 
 
 def is_kernel_version(text: str) -> bool:

@@ -120,7 +120,7 @@ class CommandService:
                 f"*Plan*: {_count(len(report.targets), 'target')} required, "
                 + (f"{len(due)} would be built now:" if due else "nothing to build now.")
             ]
-        lines += _items(f"`{r.tag}` ({_arches(r.arches)}, {r.state.value})" for r in due)
+        lines += _items(f"`{r.tag}` ({_arches(r.target.arches)}, {r.state.value})" for r in due)
         later = [r for r in report.targets if r.state is TargetState.RETRYING and r not in due]
         lines += _items(f"later: `{r.tag}` retries {_when(r.next_attempt_at)}" for r in later)
         if self._store.flag(PAUSED_FLAG) is not None:
@@ -176,7 +176,10 @@ class CommandService:
         if record.state is TargetState.BUILDING:
             return message(f"`{record.tag}` is building right now; nothing to retry.")
         return self._launch(
-            record.driver_version, record.flatcar_version, frozenset(record.arches), user
+            record.target.driver_version.text,
+            record.target.flatcar_version.text,
+            frozenset(record.target.arches),
+            user,
         )
 
     def _launch(

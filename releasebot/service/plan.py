@@ -23,12 +23,12 @@ from releasebot.domain.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
-    PlannedTarget,
+    Target,
     TargetRecord,
 )
 from releasebot.domain.policy import Policy, plan_targets, select_drivers
 from releasebot.domain.ports import FeedFetcher, FetchedBody, StateStore
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.sources.flatcar import parse_flatcar_feed
 from releasebot.sources.nvidia import parse_nvidia_feed
 
@@ -219,9 +219,7 @@ class PlanService:
         targets = self._store.sync_targets(planned, self._clock())
         return PlanResult(targets, outcomes, self._warnings(flatcar, drivers))
 
-    def find_target(
-        self, driver: str, flatcar: str, arches: frozenset[Arch] | None
-    ) -> PlannedTarget:
+    def find_target(self, driver: str, flatcar: str, arches: frozenset[Arch] | None) -> Target:
         """The target for ``driver`` on ``flatcar`` from what the feeds have ever listed.
 
         ``arches`` defaults to the configured ones; the result has only the arches the
@@ -253,13 +251,7 @@ class PlanService:
                 f"no common arch: asked {', '.join(sorted(wanted))}, "
                 f"Flatcar {flatcar} and driver {driver} both offer {offered}"
             )
-        return PlannedTarget(
-            tag=image_tag(found.version, release.version),
-            driver=found,
-            flatcar=release,
-            arches=common,
-            feeds=(),
-        )
+        return Target.of(found, release, common)
 
     def _warnings(
         self, flatcar: dict[str, list[FlatcarRelease]], drivers: list[DriverRelease]

@@ -29,7 +29,6 @@ from releasebot.domain.builds import (
     BuildRecord,
     BuildRequest,
     BuildState,
-    BuildTarget,
     FailureReason,
     JobPhase,
     arch_tag,
@@ -46,7 +45,7 @@ from releasebot.domain.errors import (
     TemporaryError,
 )
 from releasebot.domain.events import Event, EventKind, build_key
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.models import Target, TargetRecord, TargetState
 from releasebot.domain.ports import ArtifactSource, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch
 from releasebot.service.plan import PlanResult, PlanService
@@ -94,18 +93,6 @@ class CycleReport:
 
     def launched(self) -> list[Decision]:
         return [d for d in self.decisions if d.action in ("launched", "adopted")]
-
-
-def build_target(record: TargetRecord) -> BuildTarget:
-    return BuildTarget(
-        tag=record.tag,
-        driver_version=record.driver_version,
-        driver_branch=record.driver_branch,
-        flatcar_version=record.flatcar_version,
-        flatcar_channel=record.flatcar_channel,
-        kernel=record.kernel,
-        arches=record.arches,
-    )
 
 
 class ReconcileService:
@@ -248,7 +235,7 @@ class ReconcileService:
             )
             if not due or not self._inputs_ready(record, report):
                 continue
-            needed = len(record.arches)
+            needed = len(record.target.arches)
             # A target needing more Jobs than the limit still starts when nothing runs.
             if running and running + needed > self._options.max_concurrent_builds:
                 # Strict plan order: later (smaller) targets must not starve this one.
@@ -270,8 +257,8 @@ class ReconcileService:
         report.plan = self._planner.plan()
         planned = self._planner.find_target(driver, flatcar, arches)
         record = self._store.ensure_target(planned, self._clock())
-        if arches is not None and frozenset(record.arches) != planned.arches:
-            known = ", ".join(record.arches)
+        if arches is not None and record.target.arches != planned.arches:
+            known = ", ".join(record.target.arches)
             raise TargetBusyError(
                 f"{record.tag} is built for {known}: one tag holds one set of arches, so "
                 "--arch cannot change it (leave --arch out)"
@@ -286,7 +273,7 @@ class ReconcileService:
                 f"{record.tag} is already published; add --force to build and push it again"
             )
         if force:
-            tags = tags - {arch_tag(record.tag, arch) for arch in record.arches}
+            tags = tags - {arch_tag(record.tag, arch) for arch in record.target.arches}
         if self._dry_run:
             for request in self._requests(record):
                 report.manifests.append(self._launcher.render(request))
@@ -295,18 +282,18 @@ class ReconcileService:
         return report
 
     def _requests(self, record: TargetRecord) -> list[BuildRequest]:
-        return [self._request(record, arch, record.attempts + 1) for arch in record.arches]
+        return [self._request(record, arch, record.attempts + 1) for arch in record.target.arches]
 
     def _request(self, record: TargetRecord, arch: Arch, attempt: int) -> BuildRequest:
         extra = self._options.recipe_args + self._ready_args.get((record.tag, arch), ())
-        return build_request(build_target(record), arch, attempt, extra)
+        return build_request(record.target, arch, attempt, extra)
 
     def _args_known(self, record: TargetRecord, arch: Arch, report: CycleReport) -> bool:
         """Re-learn the input-derived build args of a build whose Job may not exist yet."""
         if self._artifacts is None or (record.tag, arch) in self._ready_args:
             return True
         try:
-            answer = self._artifacts.readiness(build_target(record), arch)
+            answer = self._artifacts.readiness(record.target, arch)
         except ReleasebotError as error:
             report.errors.append(str(error))
             return False
@@ -325,8 +312,8 @@ class ReconcileService:
         missing: list[str] = []
         runfile_gone = False
         try:
-            for arch in record.arches:
-                answer = self._artifacts.readiness(build_target(record), arch)
+            for arch in record.target.arches:
+                answer = self._artifacts.readiness(record.target, arch)
                 missing.extend(answer.missing)
                 runfile_gone = runfile_gone or answer.runfile_missing
                 self._ready_args[(record.tag, arch)] = answer.build_args
@@ -365,7 +352,7 @@ class ReconcileService:
         """
         now = self._clock()
         attempt = record.attempts + 1
-        target = build_target(record)
+        target = record.target
         requests = self._requests(record)
         if self._dry_run:
             for request in requests:
@@ -411,7 +398,7 @@ class ReconcileService:
             self._settle(building, report)
         return started
 
-    def _reusable_digest(self, target: BuildTarget, arch: Arch, tags: set[str]) -> str | None:
+    def _reusable_digest(self, target: Target, arch: Arch, tags: set[str]) -> str | None:
         if not target.multi_arch or arch_tag(target.tag, arch) not in tags:
             return None
         try:
@@ -542,9 +529,9 @@ class ReconcileService:
             return None
         labels = self._registry.labels(digest)
         expected = {
-            DRIVER_LABEL: record.driver_version,
-            FLATCAR_LABEL: record.flatcar_version,
-            KERNEL_LABEL: record.kernel_release,
+            DRIVER_LABEL: record.target.driver_version.text,
+            FLATCAR_LABEL: record.target.flatcar_version.text,
+            KERNEL_LABEL: record.target.kernel_release,
         }
         for key, value in expected.items():
             if labels.get(key) != value:
@@ -626,11 +613,11 @@ class ReconcileService:
             "tag": record.tag,
             "attempt": record.attempts,
             "max_attempts": self._options.max_attempts,
-            "driver_version": record.driver_version,
-            "flatcar_version": record.flatcar_version,
-            "flatcar_channel": record.flatcar_channel,
-            "kernel_release": record.kernel_release,
-            "arches": [arch.value for arch in record.arches],
+            "driver_version": record.target.driver_version.text,
+            "flatcar_version": record.target.flatcar_version.text,
+            "flatcar_channel": record.target.flatcar_channel,
+            "kernel_release": record.target.kernel_release,
+            "arches": [arch.value for arch in record.target.arches],
             "jobs": [b.job_name for b in builds],
             "digest": record.digest,
             "arch_digests": [

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import httpx
 
-from releasebot.domain.builds import BuildTarget
 from releasebot.domain.errors import TemporaryError
+from releasebot.domain.models import Target
 from releasebot.domain.readiness import Readiness, gcc_major
 from releasebot.domain.versions import Arch
 
@@ -45,15 +45,15 @@ class HttpArtifactSource:
         self._flatcar = flatcar_base_url.rstrip("/")
         self._nvidia = nvidia_base_url.rstrip("/")
 
-    def flatcar_url(self, target: BuildTarget, arch: Arch, name: str) -> str:
+    def flatcar_url(self, target: Target, arch: Arch, name: str) -> str:
         base = self._flatcar.replace("{channel}", target.flatcar_channel)
         return f"{base}/{arch.flatcar_board}/{target.flatcar_version}/{name}"
 
-    def runfile_url(self, target: BuildTarget, arch: Arch) -> str:
-        version = target.driver_version
+    def runfile_url(self, target: Target, arch: Arch) -> str:
+        version = target.driver_version.text
         return f"{self._nvidia}/{version}/NVIDIA-Linux-{arch.nvidia_name}-{version}.run"
 
-    def readiness(self, target: BuildTarget, arch: Arch) -> Readiness:
+    def readiness(self, target: Target, arch: Arch) -> Readiness:
         missing = []
         for name in FLATCAR_FILES:
             for suffix in ("", ".DIGESTS", ".DIGESTS.asc"):

@@ -18,7 +18,7 @@ from releasebot.domain.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
-    PlannedTarget,
+    Target,
     TargetRecord,
     Validators,
 )
@@ -78,10 +78,10 @@ class DryRunStore:
         merged.update((r.version, r) for r in self._overlay.driver_releases(feed))
         return sorted(merged.values(), key=lambda driver: driver.version)
 
-    def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
+    def sync_targets(self, planned: Sequence[Target], now: datetime) -> list[TargetRecord]:
         result = []
         for target in planned:
-            record = TargetRecord.from_planned(target, now=now)
+            record = TargetRecord.new(target, now=now)
             stored = self._inner.target(record.tag)
             result.append(record if stored is None else stored.replanned(record, now))
         self._planned = {record.tag: record for record in result}
@@ -93,9 +93,9 @@ class DryRunStore:
     def target(self, tag: str) -> TargetRecord | None:
         return self._inner.target(tag) or self._planned.get(tag)
 
-    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
-        stored = self.target(planned.tag)
-        return stored or TargetRecord.from_planned(planned, now=now)
+    def ensure_target(self, target: Target, now: datetime) -> TargetRecord:
+        stored = self.target(target.tag)
+        return stored or TargetRecord.new(target, now=now)
 
     def builds(self, *, tag: str | None = None, active_only: bool = False) -> list[BuildRecord]:
         return self._inner.builds(tag=tag, active_only=active_only)

@@ -26,7 +26,7 @@ from releasebot.domain.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
-    PlannedTarget,
+    Target,
     TargetRecord,
     Validators,
 )
@@ -161,7 +161,7 @@ class MemoryStateStore:
             entries = self._driver_entries.get(feed, {})
             return sorted((self._drivers[v] for v in entries), key=lambda r: r.version)
 
-    def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
+    def sync_targets(self, planned: Sequence[Target], now: datetime) -> list[TargetRecord]:
         now = _utc(now)
         with self._lock:
             diff = diff_targets(self._targets, planned, now)
@@ -181,8 +181,8 @@ class MemoryStateStore:
         with self._lock:
             return self._targets.get(tag)
 
-    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
-        record = requested_target(planned, _utc(now))
+    def ensure_target(self, target: Target, now: datetime) -> TargetRecord:
+        record = requested_target(target, _utc(now))
         with self._lock:
             return self._targets.setdefault(record.tag, record)
 

@@ -25,18 +25,20 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, or_, select, update
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.errors import ReleasebotError, StoreError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
-    PlannedTarget,
+    Target,
     TargetRecord,
     TargetState,
     Validators,
 )
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.edge.text import one_line
 from releasebot.store import outbox
 from releasebot.store.engine import transaction
 from releasebot.store.limits import fit_error, fit_log, kept_validators
@@ -144,7 +146,7 @@ class SqlStateStore:
             rows = _listed(conn, driver_releases, driver_feed_entries, feed)
         return sorted((_driver_release(row) for row in rows), key=lambda r: r.version)
 
-    def sync_targets(self, planned: Sequence[PlannedTarget], now: datetime) -> list[TargetRecord]:
+    def sync_targets(self, planned: Sequence[Target], now: datetime) -> list[TargetRecord]:
         tags = {target.tag for target in planned}
         with self._transaction(write=True) as conn:
             # What diff_targets needs: the required targets, and any planned one stored.
@@ -170,8 +172,8 @@ class SqlStateStore:
             row = conn.execute(select(targets).where(targets.c.tag == tag)).one_or_none()
         return None if row is None else _target_record(row)
 
-    def ensure_target(self, planned: PlannedTarget, now: datetime) -> TargetRecord:
-        record = requested_target(planned, now)
+    def ensure_target(self, target: Target, now: datetime) -> TargetRecord:
+        record = requested_target(target, now)
         with self._transaction(write=True) as conn:
             row = conn.execute(select(targets).where(targets.c.tag == record.tag)).one_or_none()
             if row is not None:
@@ -433,14 +435,15 @@ def _driver_release(row: Row[Any]) -> DriverRelease:
 
 
 def _target_values(record: TargetRecord) -> Values:
+    target = record.target
     return {
-        "tag": record.tag,
-        "driver_version": record.driver_version,
-        "driver_branch": record.driver_branch,
-        "flatcar_version": record.flatcar_version,
-        "flatcar_channel": record.flatcar_channel,
-        "kernel": record.kernel,
-        "arches": join_arches(record.arches),
+        "tag": target.tag,
+        "driver_version": target.driver_version.text,
+        "driver_branch": target.driver_branch,
+        "flatcar_version": target.flatcar_version.text,
+        "flatcar_channel": target.flatcar_channel,
+        "kernel": target.kernel,
+        "arches": join_arches(target.arches),
         "state": record.state.value,
         "required": record.required,
         "first_planned_at": record.first_planned_at,
@@ -454,15 +457,23 @@ def _target_values(record: TargetRecord) -> Values:
 
 
 def _target_record(row: Row[Any]) -> TargetRecord:
+    try:
+        target = Target(
+            tag=row.tag,
+            driver_version=DriverVersion.parse(row.driver_version),
+            driver_branch=row.driver_branch,
+            flatcar_version=FlatcarVersion.parse(row.flatcar_version),
+            flatcar_channel=row.flatcar_channel,
+            kernel=row.kernel,
+            arches=split_arches(row.arches),
+        )
+        state = TargetState(row.state)
+    except (ReleasebotError, ValueError) as error:  # a row no version of releasebot wrote
+        shown = one_line(row.tag, 140)
+        raise StoreError(f"state store: target {shown!r} is unreadable: {error}") from error
     return TargetRecord(
-        tag=row.tag,
-        driver_version=row.driver_version,
-        driver_branch=row.driver_branch,
-        flatcar_version=row.flatcar_version,
-        flatcar_channel=row.flatcar_channel,
-        kernel=row.kernel,
-        arches=split_arches(row.arches),
-        state=TargetState(row.state),
+        target=target,
+        state=state,
         required=row.required,
         first_planned_at=row.first_planned_at,
         updated_at=row.updated_at,

@@ -25,14 +25,15 @@ from releasebot.builders.kubernetes import KubernetesJobLauncher
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.domain.builds import (
     BuildRequest,
-    BuildTarget,
     FailureReason,
     JobPhase,
     build_request,
 )
+from releasebot.domain.models import Target
 from releasebot.domain.ports import JobLauncher
 from releasebot.domain.versions import Arch
 from tests.support.kubeapi import FakeKubeApi
+from tests.support.targets import make_target
 
 DIGEST = "sha256:" + "5e" * 32
 BUILD_LOG = "".join(f"step {number}: compiling nvidia.ko\n" for number in range(1, 40))
@@ -106,16 +107,8 @@ def cluster(request: pytest.FixtureRequest, kaniko_options: KanikoOptions) -> Cl
     return kubernetes_cluster(api, launcher)
 
 
-def target(*arches: Arch) -> BuildTarget:
-    return BuildTarget(
-        tag="580.178.04-flatcar4593.2.5",
-        driver_version="580.178.04",
-        driver_branch="580",
-        flatcar_version="4593.2.5",
-        flatcar_channel="stable",
-        kernel="6.12.102",
-        arches=arches or (Arch.AMD64,),
-    )
+def target(*arches: Arch) -> Target:
+    return make_target(arches=arches or (Arch.AMD64,))
 
 
 @pytest.fixture

@@ -65,12 +65,17 @@ def test_save_writes_status_and_builds_together(store: StateStore) -> None:
 
 def test_save_changes_only_status_fields(store: StateStore) -> None:
     record = planned_target(store)
-    tampered = replace(record, kernel="9.9.9", state=TargetState.MISSING, required=False)
+    tampered = replace(
+        record,
+        target=replace(record.target, kernel="9.9.9"),
+        state=TargetState.MISSING,
+        required=False,
+    )
     store.save(targets=[tampered])
     stored = store.target(record.tag)
     assert stored is not None
     assert stored.state is TargetState.MISSING
-    assert stored.kernel == record.kernel
+    assert stored.target.kernel == record.target.kernel
     assert stored.required is True
 
 
@@ -123,7 +128,7 @@ def test_a_replan_keeps_the_build_history(store: StateStore) -> None:
     store.save(targets=[replace(record, state=TargetState.RETRYING, attempts=2, last_error="oom")])
     moved = replace(plan(driver("580.178.04"), flatcar("4593.2.5", kernel="6.12.103")))
     [replanned] = store.sync_targets([moved], T0 + timedelta(days=1))
-    assert replanned.kernel == "6.12.103"
+    assert replanned.target.kernel == "6.12.103"
     assert (replanned.state, replanned.attempts, replanned.last_error) == (
         TargetState.RETRYING,
         2,

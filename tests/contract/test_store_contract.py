@@ -26,12 +26,12 @@ from releasebot.domain.errors import StoreError, StoreUnavailableError
 from releasebot.domain.models import (
     DriverRelease,
     FlatcarRelease,
-    PlannedTarget,
+    Target,
     TargetState,
     Validators,
 )
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.store.engine import make_engine
 from releasebot.store.limits import ERROR_MAX_CHARS
 from releasebot.store.sql import SqlStateStore
@@ -78,14 +78,8 @@ def driver(version: str = "580.105.08", *, digest: str | None = None) -> DriverR
     )
 
 
-def plan(drv: DriverRelease, fc: FlatcarRelease) -> PlannedTarget:
-    return PlannedTarget(
-        tag=image_tag(drv.version, fc.version),
-        driver=drv,
-        flatcar=fc,
-        arches=fc.arches & drv.arches,
-        feeds=("stable",),
-    )
+def plan(drv: DriverRelease, fc: FlatcarRelease) -> Target:
+    return Target.of(drv, fc, fc.arches & drv.arches)
 
 
 def full(releases: list[FlatcarRelease] | list[DriverRelease]) -> list[tuple[object, str]]:
@@ -259,13 +253,14 @@ def test_new_targets_are_stored_in_plan_order(store: StateStore) -> None:
 
     assert [r.tag for r in records] == [p.tag for p in planned]
     first = records[0]
-    assert (first.driver_version, first.driver_branch) == ("580.105.08", "580")
-    assert (first.flatcar_version, first.flatcar_channel, first.kernel) == (
+    target = first.target
+    assert (target.driver_version.text, target.driver_branch) == ("580.105.08", "580")
+    assert (target.flatcar_version.text, target.flatcar_channel, target.kernel) == (
         "4593.2.5",
         "stable",
         "6.12.102",
     )
-    assert first.arches == (Arch.AMD64, Arch.ARM64)
+    assert target.arches == (Arch.AMD64, Arch.ARM64)
     assert (first.state, first.required) == (TargetState.UNKNOWN, True)
     assert first.first_planned_at == first.updated_at == T0
     assert store.targets() == sorted(records, key=lambda r: r.tag)
@@ -291,7 +286,11 @@ def test_a_changed_plan_updates_but_keeps_first_planned_at(store: StateStore) ->
     later = T0 + timedelta(hours=1)
     [record] = store.sync_targets([plan(driver(), flatcar(kernel="6.12.103"))], later)
 
-    assert (record.kernel, record.first_planned_at, record.updated_at) == ("6.12.103", T0, later)
+    assert (record.target.kernel, record.first_planned_at, record.updated_at) == (
+        "6.12.103",
+        T0,
+        later,
+    )
     assert store.targets() == [record]
 
 

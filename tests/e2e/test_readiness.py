@@ -15,13 +15,13 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from releasebot.domain.builds import BuildTarget
 from releasebot.domain.models import TargetState
 from releasebot.domain.versions import Arch
 from releasebot.service.reconcile import ReconcileOptions
 from releasebot.sources.artifacts import FLATCAR_FILES, HttpArtifactSource
 from tests.e2e.test_reconcile import OLD, Rig, _rig, feeds  # noqa: F401 - a fixture
 from tests.support.feedserver import FeedServer, Reply
+from tests.support.targets import make_target
 
 KERNEL_CONFIG = (
     'CONFIG_CC_VERSION_TEXT="gcc (Gentoo 14.2.1_p20241221 p7) 14.2.1"\nCONFIG_GCC_VERSION=140201\n'
@@ -107,15 +107,7 @@ def test_a_runfile_that_stays_missing_is_permanent(rig: Rig, upstream: FeedServe
 
 def test_gcc_major_comes_from_the_kernel_config(upstream: FeedServer) -> None:
     publish_inputs(upstream, "4593.2.5", "580.178.04")
-    target = BuildTarget(
-        "580.178.04-flatcar4593.2.5",
-        "580.178.04",
-        "580",
-        "4593.2.5",
-        "stable",
-        "6.12.102",
-        (Arch.AMD64,),
-    )
+    target = make_target()
     with httpx.Client(timeout=5) as client:
         source = HttpArtifactSource(
             client,

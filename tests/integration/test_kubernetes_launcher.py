@@ -25,7 +25,6 @@ from releasebot.builders.kaniko import LOG_TAIL_MAX_CHARS, KanikoOptions
 from releasebot.builders.kubernetes import LOG_TAIL_LINES, KubernetesJobLauncher
 from releasebot.domain.builds import (
     BuildRequest,
-    BuildTarget,
     FailureReason,
     JobPhase,
     build_request,
@@ -40,22 +39,14 @@ from releasebot.domain.errors import (
 from releasebot.domain.versions import Arch
 from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, make_kube_client
 from tests.support.kubeapi import FakeKubeApi
+from tests.support.targets import make_target
 
 DIGEST = "sha256:" + "c0" * 32
 
 
 @pytest.fixture
 def build() -> BuildRequest:
-    target = BuildTarget(
-        tag="580.178.04-flatcar4593.2.5",
-        driver_version="580.178.04",
-        driver_branch="580",
-        flatcar_version="4593.2.5",
-        flatcar_channel="stable",
-        kernel="6.12.102",
-        arches=(Arch.AMD64,),
-    )
-    return build_request(target, Arch.AMD64, 1)
+    return build_request(make_target(), Arch.AMD64, 1)
 
 
 # -- the API server is unavailable -------------------------------------------------------

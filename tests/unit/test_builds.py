@@ -7,7 +7,6 @@ from datetime import timedelta
 import pytest
 
 from releasebot.domain.builds import (
-    BuildTarget,
     FailureReason,
     build_request,
     classify_exit,
@@ -15,16 +14,9 @@ from releasebot.domain.builds import (
     retry_delay,
 )
 from releasebot.domain.versions import Arch
+from tests.support.targets import make_target
 
-TARGET = BuildTarget(
-    "580.178.04-flatcar4593.2.5",
-    "580.178.04",
-    "580",
-    "4593.2.5",
-    "stable",
-    "6.12.102",
-    (Arch.AMD64, Arch.ARM64),
-)
+TARGET = make_target(arches=(Arch.AMD64, Arch.ARM64))
 
 
 @pytest.mark.parametrize(

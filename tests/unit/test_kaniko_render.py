@@ -28,9 +28,11 @@ from releasebot.builders.kaniko import (
     render_job,
     target_label_value,
 )
-from releasebot.domain.builds import BuildRequest, BuildTarget, build_request
+from releasebot.domain.builds import BuildRequest, build_request
 from releasebot.domain.errors import InvalidOptionError
+from releasebot.domain.models import Target
 from releasebot.domain.versions import Arch
+from tests.support.targets import make_target
 
 GIT_CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
 DIGEST = "sha256:" + "ab" * 32
@@ -53,16 +55,8 @@ BASELINE_CAPABILITIES = {
 SCHEMA_VERSIONS = ["1.29", "1.33"]
 
 
-def target(tag: str = "580.178.04-flatcar4593.2.5", *arches: Arch) -> BuildTarget:
-    return BuildTarget(
-        tag=tag,
-        driver_version="580.178.04",
-        driver_branch="580",
-        flatcar_version="4593.2.5",
-        flatcar_channel="stable",
-        kernel="6.12.102",
-        arches=arches or (Arch.AMD64,),
-    )
+def target(tag: str = "580.178.04-flatcar4593.2.5", *arches: Arch) -> Target:
+    return make_target(tag, arches=arches or (Arch.AMD64,))
 
 
 def options(**changes: Any) -> KanikoOptions:

@@ -15,19 +15,19 @@ import pytest
 from releasebot.domain.models import (
     DriverRelease,
     FlatcarRelease,
-    PlannedTarget,
+    Target,
     TargetRecord,
     TargetState,
 )
 from releasebot.domain.targets import diff_targets, requested_target
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(hours=1)
 ARCHES = frozenset({Arch.AMD64, Arch.ARM64})
 
 
-def planned(flatcar: str = "4593.2.5", *, kernel: str = "6.12.102") -> PlannedTarget:
+def planned(flatcar: str = "4593.2.5", *, kernel: str = "6.12.102") -> Target:
     driver = DriverRelease(
         version=DriverVersion.parse("580.105.08"),
         branch="580",
@@ -45,13 +45,7 @@ def planned(flatcar: str = "4593.2.5", *, kernel: str = "6.12.102") -> PlannedTa
         released_at=None,
         content_sha256="f",
     )
-    return PlannedTarget(
-        tag=image_tag(driver.version, release.version),
-        driver=driver,
-        flatcar=release,
-        arches=ARCHES,
-        feeds=("stable",),
-    )
+    return Target.of(driver, release, ARCHES)
 
 
 def stored(*targets: TargetRecord) -> dict[str, TargetRecord]:
@@ -69,30 +63,28 @@ def test_new_targets_are_inserted_as_required_in_plan_order() -> None:
 
 
 def test_an_unchanged_target_is_returned_as_stored_and_not_written() -> None:
-    old = replace(
-        TargetRecord.from_planned(planned(), now=T0), state=TargetState.PUBLISHED, digest="d"
-    )
+    old = replace(TargetRecord.new(planned(), now=T0), state=TargetState.PUBLISHED, digest="d")
     diff = diff_targets(stored(old), [planned()], LATER)
     assert diff.result == (old,)
     assert (diff.inserts, diff.updates) == ((), ())
 
 
 def test_a_changed_target_keeps_its_state_and_history() -> None:
-    old = replace(
-        TargetRecord.from_planned(planned(), now=T0), state=TargetState.RETRYING, attempts=2
-    )
+    old = replace(TargetRecord.new(planned(), now=T0), state=TargetState.RETRYING, attempts=2)
     diff = diff_targets(stored(old), [planned(kernel="6.12.103")], LATER)
     [record] = diff.result
     assert diff.updates == (record,)
     assert diff.inserts == ()
-    assert (record.kernel, record.state, record.attempts) == ("6.12.103", TargetState.RETRYING, 2)
+    assert (record.target.kernel, record.state, record.attempts) == (
+        "6.12.103",
+        TargetState.RETRYING,
+        2,
+    )
     assert (record.first_planned_at, record.updated_at) == (T0, LATER)
 
 
 def test_a_required_target_that_drops_out_is_kept_as_not_required() -> None:
-    kept, dropped = (
-        TargetRecord.from_planned(planned(v), now=T0) for v in ("4593.2.5", "4459.2.1")
-    )
+    kept, dropped = (TargetRecord.new(planned(v), now=T0) for v in ("4593.2.5", "4459.2.1"))
     diff = diff_targets(stored(kept, dropped), [planned("4593.2.5")], LATER)
     assert diff.result == (kept,)
     assert diff.updates == (replace(dropped, required=False, updated_at=LATER),)
