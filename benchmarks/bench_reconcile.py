@@ -38,6 +38,8 @@ from releasebot.registry.oras import OrasRegistry  # noqa: E402
 from releasebot.service.plan import FeedSpec, PlanService  # noqa: E402
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService  # noqa: E402
 from releasebot.sources.fetch import HttpFeedFetcher  # noqa: E402
+from releasebot.sources.flatcar import parse_flatcar_feed  # noqa: E402
+from releasebot.sources.nvidia import parse_nvidia_feed  # noqa: E402
 from releasebot.store import migrate  # noqa: E402
 from releasebot.store.engine import make_engine  # noqa: E402
 from releasebot.store.sql import SqlStateStore  # noqa: E402
@@ -143,6 +145,8 @@ def main() -> int:
             fetcher=HttpFeedFetcher(http),
             flatcar_feeds=[FeedSpec.flatcar("stable", feeds.url("/stable.json"))],
             nvidia_feed=FeedSpec.nvidia(feeds.url("/nvidia.json")),
+            parse_flatcar=parse_flatcar_feed,
+            parse_nvidia=parse_nvidia_feed,
             policy=Policy(
                 FlatcarPolicy(("stable",), frozenset({Arch.AMD64}), keep=RELEASES),
                 DriverPolicy(frozenset({"580"}), frozenset(), keep=DRIVERS),

@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -330,7 +331,10 @@ def _cmd_db_current(args: argparse.Namespace) -> int:
 
 def _print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> None:
     if fmt == "json":
-        json.dump([_target_json(target) for target in targets], out, indent=2)
+        from releasebot.wiring import utc_now
+
+        now = utc_now()
+        json.dump([_target_json(target, now) for target in targets], out, indent=2)
         out.write("\n")
         return
     if not targets:
@@ -360,7 +364,9 @@ def _short_digest(digest: str | None) -> str:
     return "" if digest is None else digest[: len("sha256:") + 12]
 
 
-def _target_json(record: TargetRecord) -> dict[str, Any]:
+def _target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
+    from releasebot.domain.lifecycle import next_step
+
     target = record.target
     return {
         "tag": target.tag,
@@ -372,6 +378,7 @@ def _target_json(record: TargetRecord) -> dict[str, Any]:
         "kernel_release": target.kernel_release,
         "arches": [arch.value for arch in target.arches],
         "state": record.state.value,
+        "next": next_step(record, now).value,
         "digest": record.digest,
         "attempts": record.attempts,
         "last_error": record.last_error,

@@ -9,15 +9,15 @@ argument must match its pattern: driver versions as ``DriverVersion``, Flatcar v
 ``<driver>-flatcar<flatcar>``, the only tags releasebot builds.
 
 Pure: no I/O, no Slack. It does not decide who may run a command (``chat.slack`` does) nor
-what a command does (``service.commands`` does).
+what a command does (``service.commands`` does); the vocabulary both share, ``Command`` and
+its ``Verb``, is the domain's (``domain.commands``).
 """
 
 from __future__ import annotations
 
-import enum
 import re
-from dataclasses import dataclass
 
+from releasebot.domain.commands import USAGE, Command, Verb
 from releasebot.domain.errors import CommandError
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, is_oci_tag
 
@@ -28,61 +28,10 @@ _ALLOWED_TEXT = re.compile(r"[A-Za-z0-9._ \t-]*")
 _TAG_SEPARATOR = "-flatcar"
 
 
-class Verb(enum.StrEnum):
-    STATUS = "status"
-    PLAN = "plan"
-    MISSING = "missing"
-    BUILD = "build"
-    RETRY = "retry"
-    PAUSE = "pause"
-    RESUME = "resume"
-    HELP = "help"
-
-    @property
-    def mutates(self) -> bool:
-        """True for commands that change something: only allowed users may run them."""
-        return self in (Verb.BUILD, Verb.RETRY, Verb.PAUSE, Verb.RESUME)
-
-    @property
-    def slow(self) -> bool:
-        """True for commands that may take longer than Slack's 3 s: answered later."""
-        return self in (Verb.PLAN, Verb.MISSING, Verb.BUILD, Verb.RETRY)
-
-
-USAGE: dict[Verb, str] = {
-    Verb.STATUS: "status: targets by state, running builds, feeds, paused or not",
-    Verb.PLAN: "plan: what would be built now (polls the feeds, checks the registry)",
-    Verb.MISSING: "missing: every target that is not published yet",
-    Verb.BUILD: "build <driver> <flatcar> [amd64|arm64]: build one image now",
-    Verb.RETRY: "retry <tag>: start the next attempt of a failed target now",
-    Verb.PAUSE: "pause: stop launching new builds",
-    Verb.RESUME: "resume: launch builds again",
-    Verb.HELP: "help: this list",
-}
-
-HELP_TEXT = "\n".join(USAGE[verb] for verb in Verb)
-"""One line per subcommand, in a fixed order."""
-
 _EXAMPLES = {
     Verb.BUILD: "e.g. build 580.95.05 4593.2.4 amd64",
     Verb.RETRY: "e.g. retry 580.95.05-flatcar4593.2.4",
 }
-
-
-@dataclass(frozen=True)
-class Command:
-    """A validated command. Arguments are set only for the verbs that take them."""
-
-    verb: Verb
-    driver: str | None = None
-    flatcar: str | None = None
-    arch: Arch | None = None
-    tag: str | None = None
-
-    def __str__(self) -> str:
-        """The canonical text (validated characters only: safe for logs and messages)."""
-        words = [self.verb.value, self.driver, self.flatcar, self.arch, self.tag]
-        return " ".join(str(word) for word in words if word)
 
 
 def parse_command(text: str) -> Command:

@@ -31,7 +31,8 @@ from urllib.parse import parse_qs
 from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
-from releasebot.chat.commands import Command, parse_command
+from releasebot.chat.commands import parse_command
+from releasebot.domain.commands import Command
 from releasebot.domain.errors import CommandError, ConfigError
 
 log = logging.getLogger("releasebot.chat")

@@ -2,7 +2,10 @@
 
 Pure: names, build arguments, labels and the failure classification are functions of the
 target, so a restarted releasebot derives exactly the same Job name and adopts the Job it
-launched before instead of launching a twin.
+launched before instead of launching a twin. How a build ends is judged here too, from
+the facts the service fetched (the Job's status, then the registry's digest and labels):
+``judge_job``, ``verify_digest``, ``verify_labels``. What an ended attempt means for the
+target is ``domain.lifecycle``'s.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from releasebot.domain.errors import InvalidTagError
@@ -244,3 +248,119 @@ def classify_exit(log_tail: str | None) -> FailureReason:
     if any(f"\n{marker}" in f"\n{text}" for marker in _INPUT_MARKERS):
         return FailureReason.INPUTS_UNAVAILABLE
     return FailureReason.EXIT_CODE
+
+
+# -- how a build ends ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """A Job that says it pushed ``digest``: the registry has to confirm it first."""
+
+    digest: str
+
+
+def judge_job(build: BuildRecord, status: JobStatus, now: datetime) -> BuildRecord | Pushed | None:
+    """What a running build's Job status means: ``None`` while it runs; the build as it
+    failed; or ``Pushed`` when it succeeded and its digest is to be verified."""
+    if status.phase is JobPhase.RUNNING:
+        return None
+    if status.phase is JobPhase.MISSING:
+        return failed_build(
+            build,
+            now,
+            reason=FailureReason.JOB_DELETED,
+            message="the Job was deleted before it finished",
+        )
+    if status.phase is JobPhase.FAILED:
+        reason = status.reason or FailureReason.EXIT_CODE
+        if reason is FailureReason.EXIT_CODE:
+            reason = classify_exit(status.log_tail)
+        return failed_build(
+            build, now, reason=reason, message=status.message, log_tail=status.log_tail
+        )
+    digest = parse_digest(status.termination_message)
+    if digest is None:
+        shown = (status.termination_message or "")[:80]
+        return failed_build(
+            build,
+            now,
+            reason=FailureReason.BAD_TERMINATION_MESSAGE,
+            message=f"termination message is not a digest: {shown!r}",
+        )
+    return Pushed(digest)
+
+
+def abandons_job(build: BuildRecord) -> bool:
+    """Whether the failed build's Job must be deleted: its Pod would wait for ever."""
+    return build.reason is FailureReason.IMAGE_PULL
+
+
+def verify_digest(
+    build: BuildRecord, pushed: Pushed, actual: str | None, now: datetime
+) -> BuildRecord | None:
+    """The build as failed when the registry does not hold the reported digest under its
+    destination tag (``actual``); ``None`` when it does (the labels come next)."""
+    if actual == pushed.digest:
+        return None
+    return failed_build(
+        build,
+        now,
+        reason=FailureReason.PUSH_UNVERIFIED,
+        message=f"Kaniko reported {pushed.digest}, the registry has {actual or 'no such tag'}",
+    )
+
+
+def verify_labels(
+    build: BuildRecord, target: Target, pushed: Pushed, labels: Mapping[str, str], now: datetime
+) -> BuildRecord:
+    """The build as succeeded when the pushed image's labels say what its tag promises,
+    else as failed (a recipe that ignored its build args: a human must look)."""
+    wrong = wrong_labels(target, labels)
+    if wrong is not None:
+        return failed_build(build, now, reason=FailureReason.WRONG_CONTENT, message=wrong)
+    return replace(build, state=BuildState.SUCCEEDED, digest=pushed.digest, finished_at=now)
+
+
+def wrong_labels(target: Target, labels: Mapping[str, str]) -> str | None:
+    """Which label names another driver, release or kernel than ``target``; ``None``: none."""
+    expected = {
+        DRIVER_LABEL: target.driver_version.text,
+        FLATCAR_LABEL: target.flatcar_version.text,
+        KERNEL_LABEL: target.kernel_release,
+    }
+    for key, value in expected.items():
+        if labels.get(key) != value:
+            return f"image label {key} is {labels.get(key)!r}, the tag promises {value!r}"
+    return None
+
+
+def running_build(build: BuildRecord) -> BuildRecord:
+    """The build once its Job exists (created, or adopted after a crash)."""
+    return replace(build, state=BuildState.RUNNING)
+
+
+def failed_build(
+    build: BuildRecord,
+    now: datetime,
+    *,
+    reason: FailureReason,
+    message: str | None = None,
+    log_tail: str | None = None,
+) -> BuildRecord:
+    return replace(
+        build,
+        state=BuildState.FAILED,
+        reason=reason,
+        message=message,
+        log_tail=log_tail,
+        finished_at=now,
+    )
+
+
+def describe_build(build: BuildRecord) -> str:
+    """How a build ended, in one line: its digest, or its reason and message."""
+    if build.state is BuildState.SUCCEEDED:
+        return build.digest or "succeeded"
+    text = build.reason.value if build.reason else build.state.value
+    return f"{text}: {build.message}" if build.message else text

@@ -46,6 +46,19 @@ class Unchanged:
 FetchResult = FetchedBody | Unchanged
 
 
+class FlatcarFeedParser(Protocol):
+    """Turns a Flatcar feed body into its releases (``sources.flatcar.parse_flatcar_feed``);
+    raises ``FeedFormatError`` naming ``feed``."""
+
+    def __call__(self, feed: str, body: bytes) -> list[FlatcarRelease]: ...
+
+
+class DriverFeedParser(Protocol):
+    """Turns NVIDIA's feed body into its releases (``sources.nvidia.parse_nvidia_feed``)."""
+
+    def __call__(self, feed: str, body: bytes) -> list[DriverRelease]: ...
+
+
 class FeedFetcher(Protocol):
     """Reads one feed URL, conditionally when ``validators`` from a previous read are given.
 
@@ -230,3 +243,33 @@ class ArtifactSource(Protocol):
     """
 
     def readiness(self, target: Target, arch: Arch) -> Readiness: ...
+
+
+class LeaderElector(Protocol):
+    """Acquires, renews and gives up the leadership of one process.
+
+    ``ensure`` is called periodically (every third of the lease) and right before each
+    cycle; it is not called from two threads at once (the runner serialises it).
+    """
+
+    @property
+    def identity(self) -> str:
+        """This process's name in the election."""
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process leads now: False as soon as a renewal is overdue."""
+
+    def ensure(self) -> bool:
+        """Acquire the leadership if free (or lapsed), renew it if held; whether we lead.
+
+        Raises ``ClusterUnavailableError`` (try again next round) or
+        ``ClusterRejectedError`` (e.g. no RBAC for Leases: a human must fix it), after
+        updating ``is_leader``.
+        """
+
+    def release(self) -> None:
+        """Give the leadership up so another replica takes over at once; never raises."""
+
+    def close(self) -> None:
+        """Release connections; the elector is not used afterwards."""

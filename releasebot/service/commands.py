@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from releasebot.chat.commands import HELP_TEXT, Command, Verb
+from releasebot.domain.commands import HELP_TEXT, Command, Verb
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.lifecycle import Action, NextStep, is_outstanding, next_step
+from releasebot.domain.models import TargetState
 from releasebot.domain.ports import StateStore
 from releasebot.domain.versions import Arch
+from releasebot.edge.text import one_line
 from releasebot.service.reconcile import PAUSED_FLAG, CycleReport, ReconcileService
 
 log = logging.getLogger("releasebot.commands")
@@ -110,20 +112,38 @@ class CommandService:
         return message(*lines)
 
     def _plan(self, command: Command, user: str) -> Payload:
+        """What the next cycle launches, asked of the rules the cycle launches by."""
         report = self._reconciler.plan(digest_reads=0)
         now = self._clock()
-        due = [record for record in report.targets if _due(record, now)]
+        paused = self._store.flag(PAUSED_FLAG) is not None
+        plan = self._reconciler.launch_plan(report.targets)
         if report.errors and not report.targets:
             lines = ["*Plan*: unknown, the registry could not be checked."]
         else:
+            when = "once resumed" if paused else "now"
             lines = [
                 f"*Plan*: {_count(len(report.targets), 'target')} required, "
-                + (f"{len(due)} would be built now:" if due else "nothing to build now.")
+                + (
+                    f"{len(plan.launch)} would be built {when}:"
+                    if plan.launch
+                    else f"nothing to build {when}."
+                )
             ]
-        lines += _items(f"`{r.tag}` ({_arches(r.target.arches)}, {r.state.value})" for r in due)
-        later = [r for r in report.targets if r.state is TargetState.RETRYING and r not in due]
-        lines += _items(f"later: `{r.tag}` retries {_when(r.next_attempt_at)}" for r in later)
-        if self._store.flag(PAUSED_FLAG) is not None:
+        lines += _items(
+            f"`{r.tag}` ({_arches(r.target.arches)}, {r.state.value})" for r in plan.launch
+        )
+        lines += _items(
+            f"then: `{r.tag}` waits for a free build slot (max_concurrent_builds)"
+            for r in plan.deferred
+        )
+        later = [r for r in report.targets if next_step(r, now) is NextStep.WAIT]
+        lines += _items(
+            f"later: `{r.tag}` retries {_when(r.next_attempt_at)}"
+            if r.state is TargetState.RETRYING
+            else f"later: `{r.tag}` waits for its inputs, checked again {_when(r.next_attempt_at)}"
+            for r in later
+        )
+        if paused:
             lines.append("Automatic launching is *paused*: `resume` to let the cycle build.")
         return message(*lines, *_problems(report))
 
@@ -133,7 +153,7 @@ class CommandService:
         if report.errors:  # the registry could not say: show what the store knows
             targets = self._store.targets()
             problems.append("The states shown are as last recorded.")
-        missing = [r for r in targets if r.state is not TargetState.PUBLISHED]
+        missing = [r for r in targets if is_outstanding(r)]
         lines = [
             f"*Missing*: {len(missing)} of {_count(len(targets), 'target')} not published"
             + (":" if missing else ".")
@@ -158,8 +178,12 @@ class CommandService:
     def _build(self, command: Command, user: str) -> Payload:
         assert command.driver is not None
         assert command.flatcar is not None
+        driver, flatcar = command.driver, command.flatcar
         arches = None if command.arch is None else frozenset({command.arch})
-        return self._launch(command.driver, command.flatcar, arches, user)
+        return self._launch(
+            lambda: self._reconciler.build_by_hand(driver, flatcar, arches=arches, force=False),
+            user,
+        )
 
     def _retry(self, command: Command, user: str) -> Payload:
         assert command.tag is not None
@@ -175,19 +199,12 @@ class CommandService:
             )
         if record.state is TargetState.BUILDING:
             return message(f"`{record.tag}` is building right now; nothing to retry.")
-        return self._launch(
-            record.target.driver_version.text,
-            record.target.flatcar_version.text,
-            frozenset(record.target.arches),
-            user,
-        )
+        return self._launch(lambda: self._reconciler.retry(record), user)
 
-    def _launch(
-        self, driver: str, flatcar: str, arches: frozenset[Arch] | None, user: str
-    ) -> Payload:
+    def _launch(self, start: Callable[[], CycleReport], user: str) -> Payload:
         with self._launching:
             try:
-                report = self._reconciler.build_by_hand(driver, flatcar, arches=arches, force=False)
+                report = start()
             except TargetBusyError as error:
                 return message(
                     f"Not started: {_escape(str(error))} "
@@ -234,17 +251,18 @@ def message(*lines: str, in_channel: bool = False) -> Payload:
 def _launched(report: CycleReport, who: str) -> list[str]:
     lines = []
     for decision in report.decisions:
-        if decision.action in ("launched", "adopted"):
+        if decision.action.starts_build:
             lines.append(
                 f"{who} started `{decision.tag}` ({_escape(decision.detail)}): job `{decision.job}`"
             )
-        elif decision.action == "reused":
+        elif decision.action is Action.REUSED:
             lines.append(f"`{decision.tag}`: reusing {_escape(decision.detail)}")
-        elif decision.action == "published":
+        elif decision.action is Action.PUBLISHED:
             lines.append(f"`{decision.tag}` is published: {_escape(decision.detail)}")
-        elif decision.action in ("rejected", "launch postponed"):
+        elif decision.action in (Action.REJECTED, Action.LAUNCH_POSTPONED):
             lines.append(f"`{decision.tag}` {decision.action}: {_detail(decision.detail)}")
-    if report.errors and not any(d.action == "launch postponed" for d in report.decisions):
+    postponed = any(d.action is Action.LAUNCH_POSTPONED for d in report.decisions)
+    if report.errors and not postponed:
         lines += [f"Problem: {_detail(error)}" for error in report.errors]
     return lines or [f"{who} asked for a build; nothing had to be launched."]
 
@@ -266,13 +284,6 @@ def _items(lines: Iterable[str]) -> list[str]:
     return items
 
 
-def _due(record: TargetRecord, now: datetime) -> bool:
-    return record.state is TargetState.MISSING or (
-        record.state is TargetState.RETRYING
-        and (record.next_attempt_at is None or record.next_attempt_at <= now)
-    )
-
-
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
@@ -290,8 +301,7 @@ def _when(moment: datetime | None) -> str:
 
 
 def _detail(text: str | None) -> str:
-    text = " ".join((text or "").split())
-    return _escape(text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…")
+    return _escape(one_line(text or "", _MAX_DETAIL))
 
 
 def _escape(text: str) -> str:

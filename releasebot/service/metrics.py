@@ -26,9 +26,10 @@ from prometheus_client.exposition import generate_latest
 
 from releasebot.domain.builds import BuildRecord, BuildState
 from releasebot.domain.errors import ReleasebotError
+from releasebot.domain.lifecycle import Action, Decision, is_outstanding
 from releasebot.domain.models import TargetState
 from releasebot.domain.ports import StateStore
-from releasebot.service.reconcile import CycleReport, Decision
+from releasebot.service.report import CycleReport
 
 log = logging.getLogger("releasebot.metrics")
 
@@ -38,8 +39,6 @@ default and can be raised to two."""
 CYCLE_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 """Seconds. An unchanged cycle takes well under a second; a first one over every feed and
 a large registry some seconds; above the interval cycles start to be skipped."""
-_FINISHING_ACTIONS = frozenset({"build succeeded", "build failed", "rejected"})
-"""Decisions that end a build (see ``ReconcileService._observe`` and ``_create_job``)."""
 
 
 class ServiceMetrics:
@@ -134,7 +133,7 @@ class ServiceMetrics:
         self.cycles.labels("completed").inc()
         self.cycle_duration.observe(duration.total_seconds())
         self.last_cycle.set(finished_at.timestamp())
-        self.builds_started.inc(sum(1 for d in report.decisions if d.action == "launched"))
+        self.builds_started.inc(sum(1 for d in report.decisions if d.action is Action.LAUNCHED))
         for outcome in report.plan.outcomes if report.plan is not None else ():
             self.feed_polls.labels(outcome.feed, outcome.status.value).inc()
         try:
@@ -145,10 +144,11 @@ class ServiceMetrics:
 
     def observe_store(self, store: StateStore) -> None:
         """Targets by state, the unpublished count, feeds' last success, the backlog."""
-        states = Tally(record.state for record in store.targets())
+        targets = store.targets()
+        states = Tally(record.state for record in targets)
         for state in TargetState:
             self.targets.labels(state.value).set(states.get(state, 0))
-        self.unpublished.set(sum(n for s, n in states.items() if s is not TargetState.PUBLISHED))
+        self.unpublished.set(sum(1 for record in targets if is_outstanding(record)))
         for feed in store.feed_states():
             if feed.last_success_at is not None:
                 self.feed_last_success.labels(feed.name).set(feed.last_success_at.timestamp())
@@ -160,7 +160,7 @@ class ServiceMetrics:
         self, decisions: Sequence[Decision], builds: Callable[..., list[BuildRecord]]
     ) -> None:
         """Builds that ended this cycle: one store read per target that had one end."""
-        ended = {(d.tag, d.job) for d in decisions if d.action in _FINISHING_ACTIONS and d.job}
+        ended = {(d.tag, d.job) for d in decisions if d.action.ends_build and d.job}
         for tag in sorted({tag for tag, _ in ended}):
             for build in builds(tag=tag):
                 if (tag, build.job_name) not in ended or build.state.active:

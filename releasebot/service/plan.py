@@ -6,7 +6,8 @@ release ever seen), not from this poll's bodies, so a feed that answered 304 or 
 costs nothing and loses nothing.
 
 This module does not print: it reports each feed's outcome to a callback and returns a
-``PlanResult``; the CLI decides how to show it.
+``PlanResult``; the CLI decides how to show it. Nor does it read the feeds' formats: the
+parsers (``sources.flatcar``, ``sources.nvidia``) are handed to it by the wiring.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ from releasebot.domain.models import (
     TargetRecord,
 )
 from releasebot.domain.policy import Policy, plan_targets, select_drivers
-from releasebot.domain.ports import FeedFetcher, FetchedBody, StateStore
+from releasebot.domain.ports import (
+    DriverFeedParser,
+    FeedFetcher,
+    FetchedBody,
+    FlatcarFeedParser,
+    StateStore,
+)
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
-from releasebot.sources.flatcar import parse_flatcar_feed
-from releasebot.sources.nvidia import parse_nvidia_feed
 
 NVIDIA_FEED = "nvidia"
 FAILING_FLAG = "feed-failing:"
@@ -107,6 +112,8 @@ class PlanService:
         fetcher: FeedFetcher,
         flatcar_feeds: Sequence[FeedSpec],
         nvidia_feed: FeedSpec,
+        parse_flatcar: FlatcarFeedParser,
+        parse_nvidia: DriverFeedParser,
         policy: Policy,
         clock: Callable[[], datetime],
         on_outcome: Callable[[FeedOutcome], None] = lambda outcome: None,
@@ -117,6 +124,8 @@ class PlanService:
         self._feeds = [*flatcar_feeds, nvidia_feed]
         self._flatcar_feeds = list(flatcar_feeds)
         self._nvidia_feed = nvidia_feed
+        self._parse_flatcar = parse_flatcar
+        self._parse_nvidia = parse_nvidia
         self._policy = policy
         self._clock = clock
         self._on_outcome = on_outcome
@@ -201,10 +210,10 @@ class PlanService:
 
     def _record_body(self, spec: FeedSpec, result: FetchedBody, now: datetime) -> int:
         if spec.kind is FeedKind.FLATCAR:
-            releases = parse_flatcar_feed(spec.name, result.body)
+            releases = self._parse_flatcar(spec.name, result.body)
             self._store.record_flatcar_feed(spec.name, spec.url, releases, result.validators, now)
             return len(releases)
-        drivers = parse_nvidia_feed(spec.name, result.body)
+        drivers = self._parse_nvidia(spec.name, result.body)
         self._store.record_driver_feed(spec.name, spec.url, drivers, result.validators, now)
         return len(drivers)
 

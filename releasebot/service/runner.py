@@ -43,8 +43,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from releasebot.domain.errors import ReleasebotError
-from releasebot.domain.ports import StateStore
-from releasebot.leader import LeaderElector
+from releasebot.domain.ports import LeaderElector, StateStore
 from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.reconcile import CycleReport
 

@@ -24,6 +24,8 @@ from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService
 from releasebot.sources.artifacts import HttpArtifactSource
 from releasebot.sources.fetch import HttpFeedFetcher, make_http_client
+from releasebot.sources.flatcar import parse_flatcar_feed
+from releasebot.sources.nvidia import parse_nvidia_feed
 from releasebot.store import migrate
 from releasebot.store.dryrun import DryRunStore
 from releasebot.store.engine import make_engine
@@ -130,6 +132,8 @@ def plan_service(
             fetcher=HttpFeedFetcher(client, retries=settings.http.retries),
             flatcar_feeds=flatcar,
             nvidia_feed=nvidia,
+            parse_flatcar=parse_flatcar_feed,
+            parse_nvidia=parse_nvidia_feed,
             policy=settings.policy(),
             clock=utc_now,
             on_outcome=on_outcome,

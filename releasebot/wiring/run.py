@@ -27,7 +27,7 @@ from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
 
 if TYPE_CHECKING:
-    from releasebot.leader import LeaderElector
+    from releasebot.domain.ports import LeaderElector
     from releasebot.web.server import SlackHandler
 
 

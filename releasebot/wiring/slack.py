@@ -24,8 +24,8 @@ from releasebot.wiring.core import reconcile_service, utc_now
 from releasebot.wiring.run import RunHooks, guarded
 
 if TYPE_CHECKING:
-    from releasebot.chat.commands import Command
     from releasebot.chat.slack import Payload
+    from releasebot.domain.commands import Command
     from releasebot.service.commands import CommandService
 
 log = logging.getLogger("releasebot.slack")

@@ -18,7 +18,7 @@ import pytest
 from lightkube import Client
 
 from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
-from releasebot.leader import LeaderElector
+from releasebot.domain.ports import LeaderElector
 from releasebot.leader.lease import KubernetesLeaseElector
 from releasebot.leader.memory import AlwaysLeader, MemoryElector, MemoryLease
 from tests.support.kubeapi import FakeKubeApi

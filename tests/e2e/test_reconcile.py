@@ -33,6 +33,8 @@ from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import CycleReport, ReconcileOptions, ReconcileService
 from releasebot.sources.fetch import HttpFeedFetcher
+from releasebot.sources.flatcar import parse_flatcar_feed
+from releasebot.sources.nvidia import parse_nvidia_feed
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
@@ -119,6 +121,8 @@ def make_rig(
         fetcher=HttpFeedFetcher(client, retries=0),
         flatcar_feeds=[FeedSpec.flatcar("stable", feeds.url("/releases-stable.json"))],
         nvidia_feed=FeedSpec.nvidia(feeds.url("/nvidia.json")),
+        parse_flatcar=parse_flatcar_feed,
+        parse_nvidia=parse_nvidia_feed,
         policy=Policy(
             FlatcarPolicy(("stable",), arches, keep=2),
             DriverPolicy(frozenset({"580"}), frozenset(), keep=1),

@@ -34,9 +34,9 @@ from slack_sdk.models.blocks import Block
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
-from releasebot.chat.commands import Command
 from releasebot.chat.slack import HttpAnswer, SlashCommandEndpoint, SlashCommandHandler
 from releasebot.domain.builds import FailureReason
+from releasebot.domain.commands import Command
 from releasebot.domain.errors import RegistryUnavailableError
 from releasebot.domain.models import TargetState
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
@@ -46,6 +46,8 @@ from releasebot.service.commands import CommandService
 from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import PAUSED_FLAG, ReconcileService
 from releasebot.sources.fetch import HttpFeedFetcher
+from releasebot.sources.flatcar import parse_flatcar_feed
+from releasebot.sources.nvidia import parse_nvidia_feed
 from releasebot.store.memory import MemoryStateStore
 from tests.support.builds import Clock
 
@@ -185,6 +187,8 @@ def make_chat_rig(test_data: Path, http: httpx.Client, replies: ResponseUrlServe
             FeedSpec.flatcar("stable", (test_data / "flatcar/releases-stable.json").as_uri())
         ],
         nvidia_feed=FeedSpec.nvidia((test_data / "nvidia/releases.json").as_uri()),
+        parse_flatcar=parse_flatcar_feed,
+        parse_nvidia=parse_nvidia_feed,
         policy=Policy(
             FlatcarPolicy(("stable",), frozenset({Arch.AMD64}), keep=1),
             DriverPolicy(frozenset({"580"}), frozenset(), keep=1),

@@ -1,17 +1,31 @@
-"""Build naming and failure classification: pure rules the build loop depends on."""
+"""Build naming, failure classification and how a Job's end is judged (its status, then
+the registry's digest and labels): pure rules the build loop depends on."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from releasebot.domain.builds import (
+    DRIVER_LABEL,
+    FLATCAR_LABEL,
+    KERNEL_LABEL,
+    BuildRecord,
+    BuildState,
     FailureReason,
+    JobPhase,
+    JobStatus,
+    Pushed,
+    abandons_job,
     build_request,
     classify_exit,
+    describe_build,
     job_name,
+    judge_job,
     retry_delay,
+    verify_digest,
+    verify_labels,
 )
 from releasebot.domain.versions import Arch
 from tests.support.targets import make_target
@@ -71,3 +85,73 @@ def test_retry_delay_doubles_and_is_capped() -> None:
     delays = [retry_delay(n, base=base, cap=cap) for n in range(1, 7)]
     assert delays[:4] == [timedelta(minutes=m) for m in (5, 10, 20, 40)]
     assert delays[4:] == [cap, cap]
+
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+DIGEST = "sha256:" + "c" * 64
+BUILD = BuildRecord(
+    tag=TARGET.tag,
+    arch=Arch.AMD64,
+    attempt=1,
+    job_name=job_name(TARGET.tag, Arch.AMD64, 1),
+    destination_tag=f"{TARGET.tag}-amd64",
+    state=BuildState.RUNNING,
+    created_at=T0,
+)
+
+
+def status(phase: JobPhase, **fields: object) -> JobStatus:
+    return JobStatus(BUILD.job_name, phase, **fields)  # type: ignore[arg-type]
+
+
+def test_a_running_job_is_asked_again_and_a_deleted_one_failed() -> None:
+    assert judge_job(BUILD, status(JobPhase.RUNNING), T0) is None
+    gone = judge_job(BUILD, status(JobPhase.MISSING), T0)
+    assert isinstance(gone, BuildRecord)
+    assert (gone.state, gone.reason, gone.finished_at) == (
+        BuildState.FAILED,
+        FailureReason.JOB_DELETED,
+        T0,
+    )
+
+
+def test_a_failed_job_is_classified_by_its_log_and_a_stuck_pull_abandoned() -> None:
+    log = "INFO Pushing\nerror pushing image: 503\n"
+    pushed = judge_job(BUILD, status(JobPhase.FAILED, log_tail=log), T0)
+    assert isinstance(pushed, BuildRecord)
+    assert (pushed.reason, pushed.log_tail) == (FailureReason.PUSH_FAILED, log)
+    assert not abandons_job(pushed)
+    pull = judge_job(BUILD, status(JobPhase.FAILED, reason=FailureReason.IMAGE_PULL), T0)
+    assert isinstance(pull, BuildRecord)
+    assert abandons_job(pull)
+
+
+def test_a_succeeded_job_must_report_a_digest() -> None:
+    garbage = judge_job(BUILD, status(JobPhase.SUCCEEDED, termination_message="ok\x00"), T0)
+    assert isinstance(garbage, BuildRecord)
+    assert garbage.reason is FailureReason.BAD_TERMINATION_MESSAGE
+    assert judge_job(BUILD, status(JobPhase.SUCCEEDED, termination_message=DIGEST), T0) == (
+        Pushed(DIGEST)
+    )
+
+
+def test_the_registry_must_hold_the_digest_and_the_labels_must_match() -> None:
+    unverified = verify_digest(BUILD, Pushed(DIGEST), None, T0)
+    assert unverified is not None
+    assert unverified.reason is FailureReason.PUSH_UNVERIFIED
+    assert "no such tag" in describe_build(unverified)
+    assert verify_digest(BUILD, Pushed(DIGEST), DIGEST, T0) is None
+    labels = {
+        DRIVER_LABEL: "580.178.04",
+        FLATCAR_LABEL: "4593.2.5",
+        KERNEL_LABEL: "6.12.102-flatcar",
+    }
+    done = verify_labels(BUILD, TARGET, Pushed(DIGEST), labels, T0)
+    assert (done.state, done.digest, describe_build(done)) == (
+        BuildState.SUCCEEDED,
+        DIGEST,
+        DIGEST,
+    )
+    wrong = verify_labels(BUILD, TARGET, Pushed(DIGEST), {**labels, DRIVER_LABEL: "470.1"}, T0)
+    assert wrong.reason is FailureReason.WRONG_CONTENT
+    assert "'470.1'" in (wrong.message or "")

@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from releasebot.chat.commands import (
-    HELP_TEXT,
-    MAX_TEXT_LENGTH,
-    Command,
-    Verb,
-    parse_command,
-)
+from releasebot.chat.commands import MAX_TEXT_LENGTH, parse_command
+from releasebot.domain.commands import HELP_TEXT, Command, Verb
 from releasebot.domain.errors import CommandError, PermanentError
 from releasebot.domain.versions import Arch
 

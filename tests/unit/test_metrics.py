@@ -14,11 +14,12 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client.parser import text_string_to_metric_families
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.lifecycle import Decision
 from releasebot.domain.models import TargetState
 from releasebot.domain.versions import Arch
 from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.plan import FeedOutcome, PlanResult, PollStatus
-from releasebot.service.reconcile import CycleReport, Decision
+from releasebot.service.report import CycleReport
 from releasebot.store.memory import MemoryStateStore
 from tests.contract.test_store_contract import SEEN, URL, driver, flatcar, plan
 

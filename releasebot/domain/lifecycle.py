@@ -1,0 +1,464 @@
+"""The lifecycle of a target: every arrow of the state machine, as pure functions.
+
+``docs/architecture.md`` draws the machine; this module is its one home. Each function takes
+the facts the service fetched (the target's record, its builds, what the registry or the
+inputs' servers said, the time) and returns a typed decision: the record as it becomes,
+what to log (``Decision``, an ``Action``) and what to tell (an ``Event``). The service only
+fetches facts, saves decisions (one transaction each) and keeps the order. The cycle,
+``/releasebot plan`` and ``missing``, the CLI and the metrics ask these same functions, so
+they cannot disagree::
+
+    plan (store)       new target                         -> unknown
+    check_registry     unknown, missing, waiting + tag     -> published
+                       unknown, published, stale - tag     -> missing
+    replan (models)    published, arches changed           -> stale
+    is_due             missing, stale; retrying and waiting once next_attempt_at came
+    check_inputs       due, an input not published yet     -> waiting
+                       due, the runfile gone runfile_grace -> failed
+    start_attempt      due, a build slot free              -> building
+    settle             building, every arch verified       -> published (index if multi-arch)
+                       building, transient, budget left    -> retrying
+                       building, permanent or budget spent -> failed
+    hand_refusal       a person's build or retry           -> building (not while building,
+                                                              nor published without --force)
+
+A new input to a decision (e.g. a priority for nodes about to reboot) is a new argument of
+the function that makes it (``launch_order`` orders the due targets), never a copy of the
+rule elsewhere. Deliberately not here: I/O, the clock, and how a single Job's end is
+judged (``domain.builds``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from releasebot.domain.builds import (
+    BuildRecord,
+    BuildRequest,
+    BuildState,
+    describe_build,
+    retry_delay,
+)
+from releasebot.domain.events import Event, EventKind, build_key
+from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.readiness import Readiness
+from releasebot.domain.versions import Arch
+
+
+class Action(enum.StrEnum):
+    """What was decided about a target or one of its builds (the log's and the report's)."""
+
+    PUBLISHED = "published"
+    MISSING = "missing"
+    WAITING = "waiting"
+    DEFERRED = "deferred"
+    PAUSED = "paused"
+    WOULD_LAUNCH = "would launch"
+    LAUNCHED = "launched"
+    ADOPTED = "adopted"
+    REUSED = "reused"
+    LAUNCH_POSTPONED = "launch postponed"
+    REJECTED = "rejected"
+    BUILD_SUCCEEDED = "build succeeded"
+    BUILD_FAILED = "build failed"
+    RETRYING = "retrying"
+    FAILED = "failed"
+    INDEX_POSTPONED = "index postponed"
+
+    @property
+    def starts_build(self) -> bool:
+        """A build Job now exists for the decision's build (created, or adopted)."""
+        return self in (Action.LAUNCHED, Action.ADOPTED)
+
+    @property
+    def ends_build(self) -> bool:
+        """The decision's build is over (its result recorded)."""
+        return self in (Action.BUILD_SUCCEEDED, Action.BUILD_FAILED, Action.REJECTED)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One thing decided, for the log and the report: ``action`` on ``tag`` (and ``job``)."""
+
+    action: Action
+    tag: str
+    detail: str = ""
+    job: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "action", Action(self.action))
+
+
+@dataclass(frozen=True)
+class LifecycleRules:
+    """The numbers the lifecycle runs by (the ``[build]`` settings hold the user's)."""
+
+    max_concurrent_builds: int = 2
+    """Build Jobs running at once, across all targets (one Job per arch)."""
+    max_attempts: int = 3
+    """Attempts since the last publish before a transient failure becomes permanent."""
+    retry_base: timedelta = timedelta(minutes=5)
+    """Backoff after the first failed attempt, doubled per attempt."""
+    retry_cap: timedelta = timedelta(hours=6)
+    """The longest backoff."""
+    waiting_recheck: timedelta = timedelta(minutes=30)
+    """How soon a target waiting for its inputs is checked again."""
+    runfile_grace: timedelta = timedelta(days=3)
+    """A runfile still missing this long after the target was planned is gone for good."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A transition: the record as it becomes, what to log, what to tell (saved together)."""
+
+    record: TargetRecord
+    decision: Decision | None = None
+    event: Event | None = None
+
+
+# -- what the registry says ----------------------------------------------------------------
+
+_UNJUDGED = frozenset({TargetState.UNKNOWN, TargetState.MISSING, TargetState.WAITING})
+"""States no build of ours has judged: only these are published by the tag's presence. After
+a failed verification (wrong digest, wrong labels) the tag may hold the wrong image."""
+_VANISHABLE = frozenset({TargetState.UNKNOWN, TargetState.PUBLISHED, TargetState.STALE})
+
+
+def check_registry(record: TargetRecord, *, present: bool, now: datetime) -> Change | None:
+    """The target as the registry's tag list shows it; ``None`` when that changes nothing.
+
+    A tag that exists is published, whoever pushed it; one that vanished is missing again.
+    """
+    if present and record.state in _UNJUDGED:
+        found = Decision(Action.PUBLISHED, record.tag, "found in the registry")
+        return Change(mark_published(record, record.digest, now), found)
+    if not present and record.state in _VANISHABLE:
+        vanished = None
+        if record.state is TargetState.PUBLISHED:
+            vanished = Decision(Action.MISSING, record.tag, "tag vanished from the registry")
+        return Change(replace(record, state=TargetState.MISSING, updated_at=now), vanished)
+    return None
+
+
+def mark_published(record: TargetRecord, digest: str | None, now: datetime) -> TargetRecord:
+    return replace(
+        record,
+        state=TargetState.PUBLISHED,
+        digest=digest,
+        published_at=now,
+        next_attempt_at=None,
+        last_error=None,
+        updated_at=now,
+    )
+
+
+# -- what is launched next -----------------------------------------------------------------
+
+
+def is_due(record: TargetRecord, now: datetime) -> bool:
+    """Whether the target's next attempt may start now (inputs and a build slot permitting)."""
+    if record.state in (TargetState.MISSING, TargetState.STALE):
+        return True
+    if record.state in (TargetState.RETRYING, TargetState.WAITING):
+        return record.next_attempt_at is None or record.next_attempt_at <= now
+    return False
+
+
+def launch_order(records: Iterable[TargetRecord], now: datetime) -> list[TargetRecord]:
+    """The due targets in the order they are launched: the plan's (newest release first)."""
+    return [record for record in records if is_due(record, now)]
+
+
+def has_room(record: TargetRecord, running: int, rules: LifecycleRules) -> bool:
+    """Whether the target's Jobs fit beside the ``running`` ones. A target needing more Jobs
+    than the limit still starts when nothing runs, or it would never start."""
+    needed = len(record.target.arches)
+    return not running or running + needed <= rules.max_concurrent_builds
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the next cycle launches, in order, if the inputs are there and nothing changes."""
+
+    launch: tuple[TargetRecord, ...]
+    deferred: tuple[TargetRecord, ...]
+    """Due, but waiting for a build slot (launch order is strict: nothing overtakes them)."""
+
+
+def launch_plan(
+    records: Iterable[TargetRecord], *, running: int, now: datetime, rules: LifecycleRules
+) -> LaunchPlan:
+    """The launches the cycle would make from ``records`` with ``running`` Jobs in flight,
+    taking every input as published (only the cycle asks their servers)."""
+    launch: list[TargetRecord] = []
+    deferred: list[TargetRecord] = []
+    for record in launch_order(records, now):
+        if deferred or not has_room(record, running, rules):
+            deferred.append(record)
+            continue
+        launch.append(record)
+        running += len(record.target.arches)
+    return LaunchPlan(tuple(launch), tuple(deferred))
+
+
+def check_inputs(
+    record: TargetRecord, answers: Sequence[Readiness], *, now: datetime, rules: LifecycleRules
+) -> Change | None:
+    """A due target whose inputs are not all published waits (or, for a runfile missing
+    longer than ``runfile_grace`` since it was planned, fails); ``None``: it may start."""
+    missing = [url for answer in answers for url in answer.missing]
+    if not missing:
+        return None
+    runfile_gone = any(answer.runfile_missing for answer in answers)
+    if runfile_gone and now - record.first_planned_at >= rules.runfile_grace:
+        why = f"NVIDIA runfile still missing after {rules.runfile_grace}: {missing[-1]}"
+        failed = replace(record, state=TargetState.FAILED, last_error=why, updated_at=now)
+        event = build_event(EventKind.BUILD_FAILED, failed, now, (), rules, error=why)
+        return Change(failed, Decision(Action.FAILED, record.tag, why), event)
+    detail = f"waiting for {len(missing)} input(s), first: {missing[0]}"
+    waiting = replace(
+        record,
+        state=TargetState.WAITING,
+        next_attempt_at=now + rules.waiting_recheck,
+        last_error=detail,
+        updated_at=now,
+    )
+    said = (
+        None
+        if record.state is TargetState.WAITING
+        else Decision(Action.WAITING, record.tag, detail)
+    )
+    return Change(waiting, said)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A started attempt: the building record, one build row per arch, the announcement."""
+
+    record: TargetRecord
+    builds: tuple[BuildRecord, ...]
+    event: Event
+
+
+def start_attempt(
+    record: TargetRecord,
+    requests: Sequence[BuildRequest],
+    *,
+    reused: Mapping[Arch, str],
+    now: datetime,
+    rules: LifecycleRules,
+) -> Attempt:
+    """The next attempt of ``record``, one build per request; an arch whose image already
+    exists (``reused``: its digest) is a build that succeeded without a Job."""
+    builds = tuple(
+        BuildRecord(
+            tag=record.tag,
+            arch=request.arch,
+            attempt=request.attempt,
+            job_name=request.job_name,
+            destination_tag=request.destination_tag,
+            state=BuildState.SUCCEEDED if request.arch in reused else BuildState.LAUNCHING,
+            created_at=now,
+            digest=reused.get(request.arch),
+            finished_at=now if request.arch in reused else None,
+        )
+        for request in requests
+    )
+    building = replace(
+        record,
+        state=TargetState.BUILDING,
+        attempts=record.attempts + 1,
+        next_attempt_at=None,
+        updated_at=now,
+    )
+    return Attempt(
+        building, builds, build_event(EventKind.BUILD_STARTED, building, now, builds, rules)
+    )
+
+
+def hand_refusal(
+    record: TargetRecord, *, active: Sequence[BuildRecord], published: bool, force: bool
+) -> str | None:
+    """Why a person's build or retry of ``record`` is not started; ``None``: start it.
+    A failed target starts its next attempt: a human asking is the retry."""
+    if active:
+        jobs = ", ".join(build.job_name for build in active)
+        return f"{record.tag} is already building ({jobs})"
+    if published and not force:
+        return f"{record.tag} is already published; add --force to build and push it again"
+    return None
+
+
+# -- when an attempt is over ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Every arch of the attempt is verified: the tag is published once its digest is known
+    (the one image's, or an OCI index's pushed over the per-arch images)."""
+
+    record: TargetRecord
+    builds: tuple[BuildRecord, ...]
+    digests: tuple[tuple[Arch, str], ...]
+
+    @property
+    def needs_index(self) -> bool:
+        return len(self.builds) > 1
+
+
+def settle(
+    record: TargetRecord, builds: Sequence[BuildRecord], *, now: datetime, rules: LifecycleRules
+) -> Change | Publish | None:
+    """What the end of the current attempt means; ``None`` while a build of it is active.
+
+    ``builds`` are all of the target's builds (the retry budget counts the attempts since the
+    last one that published). A failed arch fails the attempt: retried when every failure is
+    transient and the budget allows, else handed to a human.
+    """
+    current = tuple(build for build in builds if build.attempt == record.attempts)
+    if not current or any(build.state.active for build in current):
+        return None
+    failed = [build for build in current if build.state is BuildState.FAILED]
+    if not failed:
+        digests = tuple((b.arch, b.digest) for b in current if b.digest is not None)
+        return Publish(record, current, digests)
+    summary = "; ".join(f"{build.arch.value}: {describe_build(build)}" for build in failed)
+    transient = all(build.reason is not None and build.reason.transient for build in failed)
+    if transient and failed_streak(record, builds) < rules.max_attempts:
+        delay = retry_delay(record.attempts, base=rules.retry_base, cap=rules.retry_cap)
+        retrying = replace(
+            record,
+            state=TargetState.RETRYING,
+            next_attempt_at=now + delay,
+            last_error=summary,
+            updated_at=now,
+        )
+        event = build_event(EventKind.BUILD_RETRYING, retrying, now, current, rules, summary)
+        return Change(
+            retrying, Decision(Action.RETRYING, record.tag, f"in {delay}: {summary}"), event
+        )
+    why = "retries exhausted: " if transient else ""
+    given_up = replace(
+        record,
+        state=TargetState.FAILED,
+        next_attempt_at=None,
+        last_error=why + summary,
+        updated_at=now,
+    )
+    kind = EventKind.RETRIES_EXHAUSTED if transient else EventKind.BUILD_FAILED
+    event = build_event(kind, given_up, now, current, rules, summary)
+    return Change(given_up, Decision(Action.FAILED, record.tag, why + summary), event)
+
+
+def published(publish: Publish, digest: str, *, now: datetime, rules: LifecycleRules) -> Change:
+    """The tag is published with ``digest`` (the image's, or the index's)."""
+    record = mark_published(publish.record, digest, now)
+    event = build_event(EventKind.TAG_PUBLISHED, record, now, publish.builds, rules)
+    return Change(record, Decision(Action.PUBLISHED, record.tag, digest), event)
+
+
+def index_refused(publish: Publish, error: str, *, now: datetime, rules: LifecycleRules) -> Change:
+    """The registry refused the index for good (e.g. a per-arch image gone): a human looks."""
+    why = f"cannot publish the index: {error}"
+    record = replace(publish.record, state=TargetState.FAILED, last_error=why, updated_at=now)
+    event = build_event(EventKind.BUILD_FAILED, record, now, publish.builds, rules, why)
+    return Change(record, Decision(Action.FAILED, record.tag, why), event)
+
+
+def failed_streak(record: TargetRecord, builds: Iterable[BuildRecord]) -> int:
+    """Attempts since the last one that published: the retry budget counts these, so a
+    forced rebuild or a vanished tag starts with a full budget."""
+    by_attempt: dict[int, list[BuildRecord]] = {}
+    for build in builds:
+        by_attempt.setdefault(build.attempt, []).append(build)
+    succeeded = [
+        attempt
+        for attempt, attempt_builds in by_attempt.items()
+        if all(build.state is BuildState.SUCCEEDED for build in attempt_builds)
+    ]
+    return record.attempts - max(succeeded, default=0)
+
+
+# -- how a target stands, for people ---------------------------------------------------------
+
+
+class NextStep(enum.StrEnum):
+    """What happens to a target next (``releasebot plan --format json`` shows it)."""
+
+    NONE = "none"
+    """Published: nothing, until the tag vanishes or the plan changes its arches."""
+    CHECK = "check"
+    """Not yet checked against the registry."""
+    BUILD = "build"
+    """Due: the next cycle launches it (a free build slot and its inputs permitting)."""
+    WAIT = "wait"
+    """Retrying or waiting for its inputs: due at ``next_attempt_at``."""
+    FOLLOW = "follow"
+    """Building: the next cycle follows its Jobs."""
+    HUMAN = "human"
+    """Failed: a person builds or retries it (``/releasebot retry``)."""
+
+
+def next_step(record: TargetRecord, now: datetime) -> NextStep:
+    if is_due(record, now):
+        return NextStep.BUILD
+    return _NEXT[record.state]
+
+
+_NEXT = {
+    TargetState.UNKNOWN: NextStep.CHECK,
+    TargetState.PUBLISHED: NextStep.NONE,
+    TargetState.RETRYING: NextStep.WAIT,
+    TargetState.WAITING: NextStep.WAIT,
+    TargetState.BUILDING: NextStep.FOLLOW,
+    TargetState.FAILED: NextStep.HUMAN,
+    TargetState.MISSING: NextStep.BUILD,
+    TargetState.STALE: NextStep.BUILD,
+}
+
+
+def is_outstanding(record: TargetRecord) -> bool:
+    """Whether the registry lacks the image the plan wants (or holds the wrong arches):
+    what ``/releasebot missing`` lists and the alert metric counts."""
+    return record.state is not TargetState.PUBLISHED
+
+
+# -- what is told --------------------------------------------------------------------------
+
+
+def build_event(
+    kind: EventKind,
+    record: TargetRecord,
+    now: datetime,
+    builds: Sequence[BuildRecord],
+    rules: LifecycleRules,
+    error: str | None = None,
+) -> Event:
+    """An event about ``record``'s current attempt, with what a chat message needs to show."""
+    target = record.target
+    failed = [build for build in builds if build.state is BuildState.FAILED]
+    payload: dict[str, str | int | list[str] | None] = {
+        "tag": target.tag,
+        "attempt": record.attempts,
+        "max_attempts": rules.max_attempts,
+        "driver_version": target.driver_version.text,
+        "flatcar_version": target.flatcar_version.text,
+        "flatcar_channel": target.flatcar_channel,
+        "kernel_release": target.kernel_release,
+        "arches": [arch.value for arch in target.arches],
+        "jobs": [build.job_name for build in builds],
+        "digest": record.digest,
+        "arch_digests": [
+            f"{b.arch.value} {b.digest}" for b in builds if b.digest and len(builds) > 1
+        ],
+        "error": error,
+        "reasons": sorted({b.reason.value for b in failed if b.reason is not None}),
+        "log_tail": next((b.log_tail for b in failed if b.log_tail), None),
+        "next_attempt_at": None
+        if record.next_attempt_at is None
+        else record.next_attempt_at.isoformat(),
+    }
+    return Event(kind, build_key(record.tag, record.attempts), record.tag, now, payload)
