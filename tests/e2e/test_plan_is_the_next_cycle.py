@@ -6,6 +6,8 @@ plan has to judge: published, stale (the plan now wants other arches), retrying 
 after its backoff, waiting whose recheck is due, building (a running Job takes a slot),
 failed, and missing. The chat's answer is read back as a person reads it; then one cycle
 runs and its launches are compared with what the chat said, slot limit included.
+
+Also: a retry asked in chat starts the stored target as it is, without polling any feed.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.domain.commands import Command, Verb
 from releasebot.domain.lifecycle import Action
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.models import TargetRecord, TargetState, Validators
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
+from releasebot.domain.ports import FetchResult
 from releasebot.domain.versions import Arch
 from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.commands import CommandService
@@ -40,10 +43,23 @@ ITEM = re.compile(r"^• `(?P<tag>[^`]+)` \(amd64, [a-z]+\)$")
 THEN = re.compile(r"^• then: `(?P<tag>[^`]+)` waits for a free build slot")
 
 
+class CountingFetcher:
+    """The real fetcher, counting the feeds it is asked for."""
+
+    def __init__(self, inner: HttpFeedFetcher) -> None:
+        self.inner = inner
+        self.fetched: list[str] = []
+
+    def fetch(self, feed: str, url: str, validators: Validators | None) -> FetchResult:
+        self.fetched.append(feed)
+        return self.inner.fetch(feed, url, validators)
+
+
 class Loop:
     """The cycle's parts and the chat command service over them."""
 
     def __init__(self, test_data: Path, http: httpx.Client) -> None:
+        self.fetcher = CountingFetcher(HttpFeedFetcher(http, retries=0))
         self.clock = Clock()
         self.store = MemoryStateStore()
         self.registry = MemoryRegistry()
@@ -57,7 +73,7 @@ class Loop:
         )
         planner = PlanService(
             store=self.store,
-            fetcher=HttpFeedFetcher(http, retries=0),
+            fetcher=self.fetcher,
             flatcar_feeds=[
                 FeedSpec.flatcar("stable", (test_data / "flatcar/releases-stable.json").as_uri())
             ],
@@ -147,3 +163,17 @@ def test_a_paused_plan_says_what_resuming_would_build(loop: Loop) -> None:
     cycle = loop.reconciler.cycle()
     assert [d.tag for d in cycle.decisions if d.action is Action.LAUNCHED] == said_now
     assert said_then == [t.tag for t in targets[3:]]
+
+
+def test_a_retry_starts_the_stored_target_without_polling_a_feed(loop: Loop) -> None:
+    target = loop.reconciler.plan().targets[0]
+    loop.set(target, TargetState.FAILED, attempts=1, last_error="NonZeroExit")
+    polled = len(loop.fetcher.fetched)
+    answer = loop.chat.run(Command(Verb.RETRY, tag=target.tag), "U024BE7LH")["text"]
+    assert len(loop.fetcher.fetched) == polled  # no feed was asked
+    [job] = loop.launcher.job_names()
+    assert answer.endswith(f"started `{target.tag}` (amd64): job `{job}`")
+    args = loop.launcher.manifest(job)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--build-arg=DRIVER_VERSION={target.target.driver_version.text}" in args
+    assert f"--build-arg=FLATCAR_VERSION={target.target.flatcar_version.text}" in args
+    assert job.endswith("-amd64-2")  # the stored target's next attempt
