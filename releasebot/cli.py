@@ -184,20 +184,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from releasebot.registry.memory import MemoryRegistry
-    from releasebot.wiring import demo_settings
+    from releasebot.wiring import demo_registry, demo_settings
 
     base = _load(args)
-    repository = base.registry.repository  # an empty registry: every target is missing
     if args.dir is not None:
         directory = Path(args.dir)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise ConfigError("--dir", f"cannot use {directory}: {error.strerror}") from None
-        return _run_plan(demo_settings(base, directory), args, MemoryRegistry(repository))
+        return _run_plan(demo_settings(base, directory), args, demo_registry(base))
     with tempfile.TemporaryDirectory(prefix="releasebot-demo-") as temporary:
-        return _run_plan(demo_settings(base, Path(temporary)), args, MemoryRegistry(repository))
+        return _run_plan(demo_settings(base, Path(temporary)), args, demo_registry(base))
 
 
 def _run_plan(
@@ -242,7 +240,7 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
         if args.dry_run:
             report = service.cycle()
         else:
-            from releasebot.wiring import guarded
+            from releasebot.wiring.guard import guarded
 
             # Overlapping runs (a slow CronJob run, the Deployment's leader) are harmless:
             # the database guard lets one cycle write at a time; the other skips.
@@ -299,11 +297,9 @@ def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
 
 
 def _cmd_recipe_configmap(args: argparse.Namespace) -> int:
-    from releasebot.builders.recipe import recipe_configmap
+    from releasebot.wiring import recipe_manifest
 
-    settings = _load(args)
-    name = settings.kaniko.context_configmap or "releasebot-recipe"
-    json.dump(recipe_configmap(settings.kubernetes.namespace, name), sys.stdout, indent=2)
+    json.dump(recipe_manifest(_load(args)), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return EXIT_OK
 

@@ -54,7 +54,9 @@ class CycleGuard:
 
     One instance is held by one holder at a time; use ``try_acquire``/``release``, or
     ``with guard.hold(holder, ttl, clock) as held:``. Thread-safe: a keepalive thread may
-    renew while another thread runs the cycle.
+    renew while another thread runs the cycle. ``hold`` is how the threads of one process
+    share one instance (the cycle, notification delivery, chat commands): one block at a
+    time holds it, any other gets False at once, whatever holder name it gives.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class CycleGuard:
         self._key = key
         self._advisory = engine.dialect.name == "postgresql"
         self._lock = threading.RLock()
+        self._in_use = threading.Lock()  # one `hold` block at a time in this process
         self._conn: Connection | None = None  # PostgreSQL: the session holding the lock
         self._holder: str | None = None
         self._ttl = timedelta()
@@ -143,7 +146,22 @@ class CycleGuard:
     @contextmanager
     def hold(self, holder: str, ttl: timedelta, clock: Callable[[], datetime]) -> Iterator[bool]:
         """``try_acquire``; yields whether the guard is held; renews every ``ttl / 3`` from a
-        daemon thread while the block runs (lease row only); releases at the end."""
+        daemon thread while the block runs (lease row only); releases at the end.
+
+        Yields False at once while another block of this process holds it (another thread
+        of the same process must not take it as its own) or another process does.
+        """
+        if not self._in_use.acquire(blocking=False):
+            yield False
+            return
+        try:
+            with self._held(holder, ttl, clock) as held:
+                yield held
+        finally:
+            self._in_use.release()
+
+    @contextmanager
+    def _held(self, holder: str, ttl: timedelta, clock: Callable[[], datetime]) -> Iterator[bool]:
         if not self.try_acquire(holder, ttl, clock()):
             yield False
             return

@@ -1,7 +1,15 @@
 """The only package that names concrete adapters: it turns ``Settings`` into working objects.
 
-``core`` builds the stores, feeds, registry, cluster launcher and the reconcile service;
-``run`` wires the long-running mode; ``slack`` the notifications and the chat command.
+Its modules, top to bottom (an import-linter contract keeps them in this order, so the
+wiring has no cycle):
+
+- ``run``: ``releasebot run``, the scheduler, the leader election and the web server, on
+  one database engine;
+- ``slack``: outbox delivery, the HTTP slash command and Socket Mode, as ``RunHooks``;
+- ``hooks``: ``RunHooks``, what features plug into ``run``; ``guard``: the database's
+  cycle guard as one process shares it, and the replica's name;
+- ``core``: the stores, feeds, registry, cluster launcher and the reconcile service.
+
 The CLI imports from here; nothing here connects at import time.
 """
 
@@ -9,22 +17,27 @@ from releasebot.wiring.core import (
     db_current,
     db_downgrade,
     db_upgrade,
+    demo_registry,
     demo_settings,
     open_store,
     plan_service,
+    recipe_manifest,
     reconcile_service,
     utc_now,
 )
-from releasebot.wiring.run import guarded, run_identity, run_service
+from releasebot.wiring.guard import guarded, run_identity
+from releasebot.wiring.run import run_service
 
 __all__ = [
     "db_current",
     "db_downgrade",
     "db_upgrade",
+    "demo_registry",
     "demo_settings",
     "guarded",
     "open_store",
     "plan_service",
+    "recipe_manifest",
     "reconcile_service",
     "run_identity",
     "run_service",

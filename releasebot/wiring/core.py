@@ -13,13 +13,16 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
+
+from sqlalchemy import Engine
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.domain.errors import ConfigError, InvalidOptionError
 from releasebot.domain.ports import JobLauncher, Registry, StateStore
+from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService
 from releasebot.sources.artifacts import HttpArtifactSource
@@ -32,44 +35,53 @@ from releasebot.store.engine import make_engine
 from releasebot.store.memory import MemoryStateStore
 from releasebot.store.sql import SqlStateStore
 
-if TYPE_CHECKING:
-    pass
-
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
 @contextmanager
-def open_store(url: str, *, upgrade: bool = True) -> Iterator[SqlStateStore]:
-    """Open the state store at ``url``; migrate it to the newest schema first if asked."""
+def open_engine(url: str) -> Iterator[Engine]:
+    """An engine on the store at ``url`` (it connects on first use), disposed at the end:
+    the one engine of a process, shared by the store, the guard and the chat commands."""
     engine = make_engine(url)
     try:
-        if upgrade and not migrate.is_at_head(engine):
-            migrate.upgrade(engine)
-        yield SqlStateStore(engine)
+        yield engine
     finally:
         engine.dispose()
 
 
+def migrated_store(engine: Engine) -> SqlStateStore:
+    """The store on ``engine``, migrated to the newest schema first if it is behind."""
+    if not migrate.is_at_head(engine):
+        migrate.upgrade(engine)
+    return SqlStateStore(engine)
+
+
 @contextmanager
-def _store_for(url: str, *, dry_run: bool) -> Iterator[StateStore]:
-    """The store at ``url``; for a dry run read-only, and empty if it does not exist yet."""
+def open_store(url: str, *, upgrade: bool = True) -> Iterator[SqlStateStore]:
+    """Open the state store at ``url``; migrate it to the newest schema first if asked."""
+    with open_engine(url) as engine:
+        yield migrated_store(engine) if upgrade else SqlStateStore(engine)
+
+
+@contextmanager
+def _store_for(url: str, *, dry_run: bool, engine: Engine | None = None) -> Iterator[StateStore]:
+    """The store at ``url`` (on ``engine`` when one is given); for a dry run read-only, and
+    empty if it does not exist yet."""
     if not dry_run:
+        if engine is not None:
+            yield migrated_store(engine)
+            return
         with open_store(url) as store:
             yield store
         return
     if _missing_sqlite_file(url):  # do not even create the file
         yield DryRunStore(MemoryStateStore())
         return
-    engine = make_engine(url)
-    try:
-        inner: StateStore = (
-            SqlStateStore(engine) if migrate.is_at_head(engine) else MemoryStateStore()
-        )
+    with open_engine(url) as own:
+        inner: StateStore = SqlStateStore(own) if migrate.is_at_head(own) else MemoryStateStore()
         yield DryRunStore(inner)
-    finally:
-        engine.dispose()
 
 
 def _missing_sqlite_file(url: str) -> bool:
@@ -79,29 +91,20 @@ def _missing_sqlite_file(url: str) -> bool:
 
 def db_upgrade(url: str, revision: str = "head") -> str:
     """Migrate the store at ``url`` up to ``revision``; the revision it is at afterwards."""
-    engine = make_engine(url)
-    try:
+    with open_engine(url) as engine:
         migrate.upgrade(engine, revision)
         return migrate.current_revision(engine) or "base"
-    finally:
-        engine.dispose()
 
 
 def db_downgrade(url: str, revision: str) -> str:
-    engine = make_engine(url)
-    try:
+    with open_engine(url) as engine:
         migrate.downgrade(engine, revision)
         return migrate.current_revision(engine) or "base"
-    finally:
-        engine.dispose()
 
 
 def db_current(url: str) -> str:
-    engine = make_engine(url)
-    try:
+    with open_engine(url) as engine:
         return migrate.current_revision(engine) or "base"
-    finally:
-        engine.dispose()
 
 
 def feed_specs(settings: Settings) -> tuple[list[FeedSpec], FeedSpec]:
@@ -118,14 +121,17 @@ def plan_service(
     on_outcome: Callable[[FeedOutcome], None],
     *,
     dry_run: bool = False,
+    engine: Engine | None = None,
 ) -> Iterator[PlanService]:
     """A ready ``PlanService`` with its store and HTTP client, closed when the block ends.
 
-    With ``dry_run`` the database is read but never written (nor migrated).
+    With ``dry_run`` the database is read but never written (nor migrated). The store is on
+    ``engine`` when one is given (the caller disposes of it).
     """
     verify: bool | str = settings.http.ca_bundle or True
     client = make_http_client(settings.http.timeout, settings.http.user_agent, verify)
-    with client, _store_for(settings.database.url, dry_run=dry_run) as store:
+    url = settings.database.url
+    with client, _store_for(url, dry_run=dry_run, engine=engine) as store:
         flatcar, nvidia = feed_specs(settings)
         yield PlanService(
             store=store,
@@ -244,11 +250,14 @@ def reconcile_service(
     dry_run: bool = False,
     cluster: bool = True,
     registry: Registry | None = None,
+    engine: Engine | None = None,
 ) -> Iterator[ReconcileService]:
     """A ready ``ReconcileService``: store, feeds, registry and cluster wired from settings.
 
     A dry run reads the store and the registry, renders Jobs, and changes nothing. Without
-    ``cluster`` no Kubernetes client is made (for ``plan``, which launches nothing).
+    ``cluster`` no Kubernetes client is made (for ``plan``, which launches nothing). The
+    store is on ``engine`` when one is given (``releasebot run`` shares its one engine);
+    the settings of the cluster and the registry are checked before it is touched.
     """
     launcher = make_launcher(settings, dry_run=dry_run or not cluster)  # config errors first
     registry = registry or make_registry(settings)
@@ -265,7 +274,7 @@ def reconcile_service(
         closing(launcher),
         closing(registry),
         http,
-        plan_service(settings, on_outcome, dry_run=dry_run) as planner,
+        plan_service(settings, on_outcome, dry_run=dry_run, engine=engine) as planner,
     ):
         yield ReconcileService(
             planner=planner,
@@ -277,6 +286,19 @@ def reconcile_service(
             dry_run=dry_run,
             artifacts=artifacts,
         )
+
+
+def demo_registry(settings: Settings) -> Registry:
+    """An empty in-memory registry for ``settings``' repository: every target is missing."""
+    return MemoryRegistry(settings.registry.repository)
+
+
+def recipe_manifest(settings: Settings) -> dict[str, Any]:
+    """The ConfigMap of the shipped recipe, for the build namespace (``recipe configmap``)."""
+    from releasebot.builders.recipe import CONFIGMAP_NAME, recipe_configmap
+
+    name = settings.kaniko.context_configmap or CONFIGMAP_NAME
+    return recipe_configmap(settings.kubernetes.namespace, name)
 
 
 def demo_feed_dir() -> Path:

@@ -1,7 +1,8 @@
 """``releasebot run``: the scheduler, the leader election, the web server, wired.
 
-Also the database guard ``reconcile --once`` takes, so overlapping CronJob runs are
-harmless. The Slack features plug in through ``RunHooks`` (``wiring/slack.py``).
+One process, one database engine: the cycle's store, the runner's guard and gauges, and
+the Slack features (which plug in through ``RunHooks``, ``wiring/slack.py``) all use it.
+The guard itself and the replica's name are ``wiring/guard.py``'s.
 """
 
 from __future__ import annotations
@@ -9,41 +10,24 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing, contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, closing
 from datetime import timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from sqlalchemy import Engine
-
 from releasebot.config import Settings
 from releasebot.domain.errors import ConfigError
 from releasebot.service.plan import FeedOutcome
-from releasebot.store.engine import make_engine
+from releasebot.service.runner import RunnerOptions
+from releasebot.store.lock import CycleGuard
 from releasebot.store.sql import SqlStateStore
+from releasebot.wiring.core import open_engine, reconcile_service
+from releasebot.wiring.guard import GUARD_TTL, SharedGuard, guard_holder, run_identity
+from releasebot.wiring.slack import slack_hooks
 
 if TYPE_CHECKING:
     from releasebot.domain.ports import LeaderElector
-    from releasebot.web.server import SlackHandler
-
-
-from releasebot.store.lock import local_holder
-from releasebot.wiring.core import reconcile_service, utc_now
-
-
-def run_identity(settings: Settings) -> str:
-    """This replica's name: ``run.identity``, else ``$POD_NAME``, else the host name."""
-    return settings.run.identity or os.environ.get("POD_NAME") or socket.gethostname()
-
-
-def guard_holder(identity: str) -> str:
-    """Who holds the cycle guard: ``<identity>@<host>:<pid>``, so a process on the same host
-    can tell that a holder died (``store.lock``) instead of waiting for its row to lapse."""
-    return local_holder(identity)
 
 
 def secret_values(settings: Settings) -> list[str]:
@@ -62,25 +46,6 @@ def make_url_password(url: str) -> str:
         return urlsplit(url).password or ""
     except ValueError:
         return ""
-
-
-@contextmanager
-def guarded(settings: Settings, holder: str | None = None) -> Iterator[bool]:
-    """Hold the database's cycle guard for the block (``reconcile --once``); yields whether
-    it is held: False means another process runs a cycle right now."""
-    from releasebot.store.lock import CycleGuard
-
-    engine = make_engine(settings.database.url)
-    try:
-        holder = holder or guard_holder(run_identity(settings))
-        with CycleGuard(engine).hold(holder, GUARD_TTL, utc_now) as held:
-            yield held
-    finally:
-        engine.dispose()
-
-
-GUARD_TTL = timedelta(seconds=60)
-"""SQLite guard rows lapse this long after a holder died (renewed every third of it)."""
 
 
 def make_elector(settings: Settings, identity: str) -> LeaderElector:
@@ -110,22 +75,15 @@ def make_elector(settings: Settings, identity: str) -> LeaderElector:
     )
 
 
-@dataclass(frozen=True)
-class RunHooks:
-    """What other features plug into ``releasebot run``; every one is optional.
-
-    ``on_lead_start``/``on_lead_stop`` run on the scheduler's lease thread when this
-    process gains or loses the leadership (and ``on_lead_stop`` at shutdown): start and
-    stop Socket Mode there, without blocking. ``deliver`` runs every few seconds on the
-    leader only. ``socket_connected`` feeds /readyz on the leader (``None``: not used).
-    ``slack`` answers ``POST /slack/commands`` from the raw body and headers.
-    """
-
-    on_lead_start: Callable[[], None] = lambda: None
-    on_lead_stop: Callable[[], None] = lambda: None
-    deliver: Callable[[], object] = lambda: None
-    socket_connected: Callable[[], bool | None] = lambda: None
-    slack: SlackHandler | None = None
+def runner_options(settings: Settings) -> RunnerOptions:
+    """The scheduler's timing: ``[run]``'s interval, jitter and lease, the guard's ttl."""
+    run = settings.run
+    return RunnerOptions(
+        interval=timedelta(seconds=run.interval_seconds),
+        jitter=timedelta(seconds=run.jitter_seconds),
+        lease=timedelta(seconds=run.lease_seconds),
+        guard_ttl=GUARD_TTL,
+    )
 
 
 def run_service(
@@ -142,9 +100,8 @@ def run_service(
     """
     from releasebot.logs import configure_logging
     from releasebot.service.metrics import ServiceMetrics
-    from releasebot.service.runner import Runner, RunnerOptions
+    from releasebot.service.runner import Runner
     from releasebot.store.engine import ping
-    from releasebot.store.lock import CycleGuard
     from releasebot.web.server import HttpServer
 
     configure_logging(
@@ -156,37 +113,29 @@ def run_service(
     _on_signals(stop)
     run = settings.run
     identity = run_identity(settings)
-    options = RunnerOptions(
-        interval=timedelta(seconds=run.interval_seconds),
-        jitter=timedelta(seconds=run.jitter_seconds),
-        lease=timedelta(seconds=run.lease_seconds),
-        guard_ttl=GUARD_TTL,
-    )
-    from releasebot.wiring.slack import slack_hooks  # it builds on this module
-
     elector = make_elector(settings, identity)
     with (
-        ExitStack() as stack,
         closing(elector),
-        reconcile_service(settings, _log_feed) as service,
-        _engine(settings.database.url) as engine,
+        open_engine(settings.database.url) as engine,
+        reconcile_service(settings, _log_feed, engine=engine) as service,
+        ExitStack() as slack,
     ):
-        store = SqlStateStore(engine)
-        hooks = stack.enter_context(slack_hooks(settings, store))
+        guard = SharedGuard(CycleGuard(engine), guard_holder(identity))
+        hooks = slack.enter_context(slack_hooks(settings, engine, guard))
         metrics = ServiceMetrics()
         runner = Runner(
             cycle=service.cycle,
             elector=elector,
-            guard=CycleGuard(engine),
-            holder=guard_holder(identity),
-            store=store,
+            guard=guard.guard,
+            holder=guard.holder,
+            store=SqlStateStore(engine),
             metrics=metrics,
             ping=lambda: ping(engine),
             deliver=hooks.deliver,
             on_lead_start=hooks.on_lead_start,
             on_lead_stop=hooks.on_lead_stop,
             socket_connected=hooks.socket_connected,
-            options=options,
+            options=runner_options(settings),
         )
         host, _, port = run.listen.rpartition(":")
         try:
@@ -208,21 +157,12 @@ def run_service(
         stop.wait()
         logging.getLogger("releasebot.run").info("shutting down")
         finished = runner.stop()
-        stack.close()  # the Slack hooks, after the leadership was given up
+        slack.close()  # the Slack hooks, after the leadership was given up
         server.close()
         if not finished:
             logging.shutdown()
             os._exit(0)  # the cycle's thread cannot be interrupted; its state is safe
     return 0
-
-
-@contextmanager
-def _engine(url: str) -> Iterator[Engine]:
-    engine = make_engine(url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def _log_feed(outcome: FeedOutcome) -> None:

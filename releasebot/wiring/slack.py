@@ -1,9 +1,11 @@
 """The Slack features, wired: outbox delivery, the HTTP slash command, Socket Mode.
 
 Each is on only when its settings are there: delivery needs ``slack.channel`` and the bot
-token; the HTTP endpoint needs the signing secret; Socket Mode the app token. Chat commands
-get a reconcile service of their own (its registry and launcher clients are separate from
-the cycle's), so a slow command never shares a half-used client with a running cycle.
+token; the HTTP endpoint needs the signing secret; Socket Mode the app token. Delivery and
+the chat commands that write hold the runner's ``SharedGuard`` and use its engine: one
+engine per process. Chat commands get a reconcile service of their own on that engine (its
+registry and launcher clients are separate from the cycle's), so a slow command never
+shares a half-used client with a running cycle.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from dataclasses import astuple
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from sqlalchemy import Engine
+
 from releasebot.config import Settings
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
 from releasebot.service.notifications import DeliveryReport, NotificationService
+from releasebot.store.sql import SqlStateStore
 from releasebot.wiring.core import reconcile_service, utc_now
-from releasebot.wiring.run import RunHooks, guarded
+from releasebot.wiring.guard import SharedGuard
+from releasebot.wiring.hooks import RunHooks
 
 if TYPE_CHECKING:
     from releasebot.chat.slack import Payload
@@ -47,12 +53,12 @@ def notification_service(settings: Settings, store: StateStore) -> NotificationS
     return NotificationService(store=store, notifier=notifier)
 
 
-def deliver_guarded(settings: Settings, service: NotificationService | None) -> None:
+def deliver_guarded(guard: SharedGuard, service: NotificationService | None) -> None:
     """A delivery round under the cycle guard: during a leadership hand-over the old and
     the new leader never search-then-post the same event at once."""
     if service is None:
         return
-    with guarded(settings) as held:
+    with guard.hold() as held:
         if held:
             deliver_now(service)
 
@@ -69,20 +75,20 @@ def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
 
 
 class GuardedCommands:
-    """Runs the commands that write (plan, missing, build, retry) under the database's
-    cycle guard, so a command on any replica never writes while a cycle does; when a cycle
-    holds the guard the person is asked to try again in a moment."""
+    """Runs the commands that write (plan, missing, build, retry) under the cycle guard, so
+    a command on any replica never writes while a cycle does; when a cycle holds the guard
+    the person is asked to try again in a moment."""
 
     WRITING = frozenset({"plan", "missing", "build", "retry"})
 
-    def __init__(self, inner: CommandService, settings: Settings) -> None:
+    def __init__(self, inner: CommandService, guard: SharedGuard) -> None:
         self._inner = inner
-        self._settings = settings
+        self._guard = guard
 
     def run(self, command: Command, user: str) -> Payload:
         if command.verb.value not in self.WRITING:
             return self._inner.run(command, user)
-        with guarded(self._settings) as held:
+        with self._guard.hold() as held:
             if not held:
                 from releasebot.chat.slack import ephemeral
 
@@ -91,23 +97,27 @@ class GuardedCommands:
 
 
 @contextmanager
-def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
-    """The ``RunHooks`` for ``releasebot run``; everything opened is closed on exit."""
+def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Iterator[RunHooks]:
+    """The ``RunHooks`` for ``releasebot run`` on its engine and guard; everything opened is
+    closed on exit."""
     slack = settings.slack
+    store = SqlStateStore(engine)
     delivery = notification_service(settings, store)
     signing_secret = slack.secret("signing_secret")
     app_token = slack.secret("app_token")
     if not signing_secret and not app_token:
-        yield RunHooks(deliver=lambda: deliver_guarded(settings, delivery))
+        yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery))
         return
     from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
     from releasebot.service.commands import CommandService
 
     with ExitStack() as stack:
-        reconciler = stack.enter_context(reconcile_service(settings, lambda _outcome: None))
+        reconciler = stack.enter_context(
+            reconcile_service(settings, lambda _outcome: None, engine=engine)
+        )
         commands = CommandService(store=store, reconciler=reconciler, clock=utc_now)
         handler = SlashCommandHandler(
-            GuardedCommands(commands, settings),
+            GuardedCommands(commands, guard),
             allowed_users=slack.allowed_users,
             allowed_channels=slack.allowed_channels,
         )
@@ -122,7 +132,7 @@ def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
                 return int(status), str(content_type), bytes(payload)
 
         if not app_token:
-            yield RunHooks(deliver=lambda: deliver_guarded(settings, delivery), slack=endpoint_call)
+            yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery), slack=endpoint_call)
             return
         from releasebot.chat.socket import SocketModeFrontDoor
 
@@ -144,7 +154,7 @@ def slack_hooks(settings: Settings, store: StateStore) -> Iterator[RunHooks]:
 
         def leader_round() -> None:
             connect()  # a lost or refused connection is retried every delivery round
-            deliver_guarded(settings, delivery)
+            deliver_guarded(guard, delivery)
 
         yield RunHooks(
             on_lead_start=connect,

@@ -1,7 +1,8 @@
 """``CycleGuard`` on SQLite (the ``locks`` lease row) and PostgreSQL (a session advisory lock).
 
 Two holders compete, each through its own engine as two processes would: only one gets
-the guard until it releases; ``hold`` releases at the end of its block. SQLite only: a
+the guard until it releases; ``hold`` releases at the end of its block, and within one
+process (one instance, several threads) only one block holds it at a time. SQLite only: a
 lapsed row is taken over, a renewal keeps it, a holder that lost it learns so on renew.
 PostgreSQL only: a holder whose connection dies (a killed process) frees the guard at once,
 and releasing never leaves the lock on a pooled connection.
@@ -91,6 +92,28 @@ def test_hold_releases_at_the_end_of_the_block(engines: tuple[Engine, Engine]) -
             assert not other
     with b.hold("b", TTL, lambda: T0) as held:
         assert held
+
+
+def test_one_process_holds_it_in_one_block_at_a_time(engines: tuple[Engine, Engine]) -> None:
+    guard = CycleGuard(engines[0])  # shared by the cycle, delivery and chat threads
+    seen: list[bool] = []
+
+    def another_thread() -> None:
+        with guard.hold("replica@host:1", TTL, lambda: T0) as held:
+            seen.append(held)
+
+    with guard.hold("replica@host:1", TTL, lambda: T0) as held:
+        assert held
+        thread = threading.Thread(target=another_thread)
+        thread.start()
+        thread.join(timeout=10)
+        with guard.hold("replica@host:1", TTL, lambda: T0) as again:
+            seen.append(again)  # nor this thread a second time
+    assert seen == [False, False]
+    thread = threading.Thread(target=another_thread)
+    thread.start()
+    thread.join(timeout=10)
+    assert seen == [False, False, True]  # free again once the block ended
 
 
 def test_release_after_an_error_in_the_block(engines: tuple[Engine, Engine]) -> None:
