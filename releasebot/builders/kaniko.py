@@ -24,6 +24,11 @@ What the manifest guarantees, and why:
 - Only flags the original GoogleContainerTools/kaniko v1.24.0 has (the project was archived
   in June 2025 after that release), so any maintained fork can run it.
 
+The rules of the options are here once: ``KanikoOptions`` checks itself with the
+``check_*`` functions, and the settings check each ``[kaniko]`` key with the same
+functions (and build ``KanikoOptions`` once at load for the rules between fields), so a
+bad setting is reported against its key before any Job exists.
+
 Deliberately not here: talking to a cluster (``kubernetes.py``), choosing what to build
 (``domain.policy``), reading settings files (``config.py`` builds ``KanikoOptions``).
 """
@@ -42,7 +47,7 @@ from typing import Any
 from releasebot.domain.builds import BuildRequest
 from releasebot.domain.errors import InvalidOptionError
 
-DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.27.6"
+DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.28.0"
 """The maintained fork's executor (GoogleContainerTools/kaniko is archived). A tag is a
 moving pointer: production configs should pin it as ``image:tag@sha256:…``."""
 
@@ -179,18 +184,13 @@ class KanikoOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_labels", MappingProxyType(dict(self.extra_labels)))
-        _check(_DNS_LABEL_RE, self.namespace, "namespace", "a DNS-1123 label", limit=63)
+        check_dns_label("namespace", self.namespace)
         if self.registry_ca_configmap is not None:
-            _check(_DNS_SUBDOMAIN_RE, self.registry_ca_configmap, "registry_ca_configmap", "a name")
-        if _REPOSITORY_RE.fullmatch(self.registry_repository) is None:
-            raise InvalidOptionError(
-                "registry_repository",
-                f"{self.registry_repository!r} is not host[:port]/path "
-                "(lower-case path, no tag or digest; the host needs a dot, a port or localhost)",
-            )
-        _check(_DNS_SUBDOMAIN_RE, self.registry_secret, "registry_secret", "a Secret name")
+            check_name("registry_ca_configmap", self.registry_ca_configmap)
+        check_repository("registry_repository", self.registry_repository)
+        check_name("registry_secret", self.registry_secret)
         self._check_context()
-        self._check_image()
+        check_image("executor_image", self.executor_image)
         requests = {
             "memory_request": self.memory_request,
             "ephemeral_storage_request": self.ephemeral_storage_request,
@@ -214,8 +214,7 @@ class KanikoOptions:
             raise InvalidOptionError("active_deadline", "must be a whole number of seconds >= 1")
         if self.ttl_after_finished < timedelta(0) or self.ttl_after_finished % timedelta(seconds=1):
             raise InvalidOptionError("ttl_after_finished", "must be a whole number of seconds >= 0")
-        if isinstance(self.push_retry, bool) or not 0 <= self.push_retry <= PUSH_RETRY_MAX:
-            raise InvalidOptionError("push_retry", f"must be an integer 0-{PUSH_RETRY_MAX}")
+        check_push_retry("push_retry", self.push_retry)
         for key, value in self.extra_labels.items():
             _check_label(key, value)
 
@@ -225,18 +224,13 @@ class KanikoOptions:
                 "context", "set exactly one of context (git://) and context_configmap"
             )
         if self.context is not None:
-            if _GIT_CONTEXT_RE.fullmatch(self.context) is None:
-                raise InvalidOptionError(
-                    "context",
-                    f"{self.context!r} is not git://host/repo.git#refs/heads/<branch>#<commit> "
-                    "(the 40-hex commit pins the recipe)",
-                )
+            check_git_context("context", self.context)
             if self.context_sub_path is not None:
-                _check_relative_path("context_sub_path", self.context_sub_path)
-            _check_relative_path("dockerfile", self.dockerfile)
+                check_relative_path("context_sub_path", self.context_sub_path)
+            check_relative_path("dockerfile", self.dockerfile)
         else:
             assert self.context_configmap is not None
-            _check(_DNS_SUBDOMAIN_RE, self.context_configmap, "context_configmap", "a name")
+            check_name("context_configmap", self.context_configmap)
             if self.context_sub_path is not None:
                 raise InvalidOptionError(
                     "context_sub_path", "only a git context has sub-paths (a ConfigMap is flat)"
@@ -248,14 +242,6 @@ class KanikoOptions:
                 raise InvalidOptionError(
                     "dockerfile", f"{self.dockerfile!r} is not a ConfigMap key of the context"
                 )
-
-    def _check_image(self) -> None:
-        match = _IMAGE_RE.fullmatch(self.executor_image)
-        if match is None or (match["tag"] is None and match["digest"] is None):
-            raise InvalidOptionError(
-                "executor_image",
-                f"{self.executor_image!r} is not image:tag or image[:tag]@sha256:<64 hex>",
-            )
 
     @property
     def executor_pinned(self) -> bool:
@@ -413,18 +399,84 @@ def _kaniko_args(request: BuildRequest, options: KanikoOptions, destination: str
     return args
 
 
-def _check(pattern: re.Pattern[str], value: str, name: str, what: str, limit: int = 253) -> None:
-    if not isinstance(value, str) or len(value) > limit or pattern.fullmatch(value) is None:
-        raise InvalidOptionError(name, f"{value!r} is not {what} (lower-case, at most {limit})")
+# -- the rules of single options (the settings check their keys with these too) ------------
 
 
-def _check_relative_path(name: str, path: str) -> None:
-    if _SAFE_PATH_RE.fullmatch(path) is None or any(
-        part in (".", "..") for part in path.split("/")
+def check_dns_label(name: str, value: str) -> str:
+    """A namespace: a DNS-1123 label of at most 63 characters."""
+    _check(_DNS_LABEL_RE, value, name, "a Kubernetes name (a DNS-1123 label)", limit=63)
+    return value
+
+
+def check_name(name: str, value: str) -> str:
+    """A Secret's or ConfigMap's name: a DNS-1123 subdomain."""
+    _check(_DNS_SUBDOMAIN_RE, value, name, "a Kubernetes name (a DNS-1123 subdomain)")
+    return value
+
+
+def check_repository(name: str, value: str) -> str:
+    """Where the images go: ``host[:port]/path`` without tag or digest."""
+    if not isinstance(value, str) or _REPOSITORY_RE.fullmatch(value) is None:
+        raise InvalidOptionError(
+            name,
+            f"{value!r} is not a repository like registry.example.com/nvidia/driver "
+            "(host[:port]/path: lower-case path, no tag or digest; the host needs a dot, a port "
+            "or localhost)",
+        )
+    return value
+
+
+def check_image(name: str, value: str) -> str:
+    """The executor image: a reference with a tag, a digest, or both."""
+    match = _IMAGE_RE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or (match["tag"] is None and match["digest"] is None):
+        raise InvalidOptionError(
+            name,
+            f"{value!r} is not an image reference with a tag or digest "
+            "(image:tag or image[:tag]@sha256:<64 hex>)",
+        )
+    return value
+
+
+def check_git_context(name: str, value: str) -> str:
+    """A git build context pinned to its commit."""
+    if not isinstance(value, str) or _GIT_CONTEXT_RE.fullmatch(value) is None:
+        raise InvalidOptionError(
+            name,
+            f"{value!r} is not git://host/repo.git#refs/heads/<branch>#<commit> "
+            "(the 40-hex commit pins the recipe)",
+        )
+    return value
+
+
+def check_relative_path(name: str, path: str) -> str:
+    """A path inside the context: relative, no ``.`` or ``..``, no special characters."""
+    if (
+        not isinstance(path, str)
+        or _SAFE_PATH_RE.fullmatch(path) is None
+        or any(part in (".", "..") for part in path.split("/"))
     ):
         raise InvalidOptionError(
             name, f"{path!r} is not a relative path without '.', '..' or special characters"
         )
+    return path
+
+
+def check_quantity(name: str, text: str) -> str:
+    """A Kubernetes quantity above zero (``8Gi``, ``500m``)."""
+    _quantity(name, text)
+    return text
+
+
+def check_push_retry(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= PUSH_RETRY_MAX:
+        raise InvalidOptionError(name, f"must be an integer 0-{PUSH_RETRY_MAX}")
+    return value
+
+
+def _check(pattern: re.Pattern[str], value: str, name: str, what: str, limit: int = 253) -> None:
+    if not isinstance(value, str) or len(value) > limit or pattern.fullmatch(value) is None:
+        raise InvalidOptionError(name, f"{value!r} is not {what} (lower-case, at most {limit})")
 
 
 def _check_label(key: str, value: str) -> None:

@@ -37,7 +37,6 @@ from releasebot.domain.errors import (
 
 log = logging.getLogger("releasebot.chat.socket")
 
-SLACK_API_BASE_URL = "https://slack.com/api/"
 _AUTH_ERRORS = frozenset(
     {"invalid_auth", "not_authed", "not_allowed_token_type", "account_inactive", "token_revoked"}
 )
@@ -51,8 +50,8 @@ class SocketModeFrontDoor:
         handler: SlashCommandHandler,
         *,
         app_token: str,
-        base_url: str = SLACK_API_BASE_URL,
-        timeout: timedelta = timedelta(seconds=10),
+        base_url: str,
+        timeout: timedelta,
         ping_interval: timedelta = timedelta(seconds=5),
     ) -> None:
         """``base_url`` is the Web API root ``apps.connections.open`` is called under

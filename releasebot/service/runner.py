@@ -68,11 +68,14 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunnerOptions:
-    interval: timedelta = timedelta(minutes=5)
-    jitter: timedelta = timedelta(seconds=30)
-    lease: timedelta = timedelta(seconds=30)
+    """The scheduler's timing; ``interval``, ``jitter`` and ``lease`` are the ``[run]``
+    settings (their defaults are the settings')."""
+
+    interval: timedelta
+    jitter: timedelta
+    lease: timedelta
     """The Lease's duration; the leadership is renewed every third of it."""
     deliver_every: timedelta = timedelta(seconds=10)
     """Notification latency; Slack allows about one message per second per channel."""
@@ -106,7 +109,7 @@ class Runner:
         on_lead_start: Callable[[], None] = _nothing,
         on_lead_stop: Callable[[], None] = _nothing,
         socket_connected: Callable[[], bool | None] = _nothing,
-        options: RunnerOptions = RunnerOptions(),
+        options: RunnerOptions,
         clock: Callable[[], datetime] = _utc_now,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:

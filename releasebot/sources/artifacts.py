@@ -27,8 +27,6 @@ FLATCAR_FILES = (
 """What the recipe downloads; each comes with ``.DIGESTS`` and ``.DIGESTS.asc``."""
 KERNEL_CONFIG = "flatcar_production_image_kernel_config.txt"
 MAX_KERNEL_CONFIG_BYTES = 4 * 1024 * 1024
-DEFAULT_FLATCAR_BASE_URL = "https://{channel}.release.flatcar-linux.net"
-DEFAULT_NVIDIA_BASE_URL = "https://us.download.nvidia.com/tesla"
 
 
 class HttpArtifactSource:
@@ -38,8 +36,8 @@ class HttpArtifactSource:
         self,
         client: httpx.Client,
         *,
-        flatcar_base_url: str = DEFAULT_FLATCAR_BASE_URL,
-        nvidia_base_url: str = DEFAULT_NVIDIA_BASE_URL,
+        flatcar_base_url: str,
+        nvidia_base_url: str,
     ) -> None:
         self._client = client
         self._flatcar = flatcar_base_url.rstrip("/")

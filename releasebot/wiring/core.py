@@ -9,18 +9,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
 
-from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
-from releasebot.domain.errors import ConfigError, InvalidOptionError
+from releasebot.domain.errors import ConfigError
 from releasebot.domain.ports import JobLauncher, Registry, StateStore
 from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
@@ -143,11 +142,7 @@ def plan_service(
             policy=settings.policy(),
             clock=utc_now,
             on_outcome=on_outcome,
-            feed_alert_after=(
-                timedelta(seconds=settings.slack.feed_alert_after_seconds)
-                if settings.slack.enabled
-                else None
-            ),
+            feed_alert_after=settings.slack.feed_alert_after if settings.slack.enabled else None,
         )
 
 
@@ -164,7 +159,7 @@ def make_registry(settings: Settings) -> Registry:
             docker_config=registry.docker_config or None,
             username=registry.username or None,
             password=registry.password or None,
-            timeout=timedelta(seconds=registry.timeout_seconds),
+            timeout=registry.timeout,
             retries=registry.retries,
             user_agent=settings.http.user_agent,
         )
@@ -172,37 +167,8 @@ def make_registry(settings: Settings) -> Registry:
         raise ConfigError("registry", str(error)) from None
 
 
-def kaniko_options(settings: Settings) -> KanikoOptions:
-    kaniko = settings.kaniko
-    try:
-        return KanikoOptions(
-            namespace=settings.kubernetes.namespace,
-            registry_repository=settings.registry.repository,
-            registry_secret=kaniko.registry_secret,
-            context=kaniko.context or None,
-            context_sub_path=kaniko.context_sub_path or None,
-            context_configmap=None if kaniko.context else kaniko.context_configmap,
-            dockerfile=kaniko.dockerfile,
-            executor_image=kaniko.executor_image,
-            memory_request=kaniko.memory_request,
-            memory_limit=kaniko.memory_limit,
-            ephemeral_storage_request=kaniko.ephemeral_storage_request,
-            ephemeral_storage_limit=kaniko.ephemeral_storage_limit,
-            cpu_request=kaniko.cpu_request,
-            active_deadline=timedelta(seconds=kaniko.active_deadline_seconds),
-            ttl_after_finished=timedelta(seconds=kaniko.ttl_seconds_after_finished),
-            push_retry=kaniko.push_retry,
-            insecure_registry=settings.registry.insecure,
-            skip_tls_verify=not settings.registry.tls_verify,
-            registry_ca_configmap=settings.registry.ca_configmap or None,
-            user_namespace=kaniko.user_namespace,
-        )
-    except InvalidOptionError as error:
-        raise ConfigError("kaniko", str(error)) from None
-
-
 def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
-    options = kaniko_options(settings)
+    options = settings.kaniko_options()
     if dry_run:
         return MemoryJobLauncher(options)
     # lightkube costs a fifth of a second to import: only commands that launch pay for it
@@ -215,14 +181,8 @@ def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
 
 
 def reconcile_options(settings: Settings) -> ReconcileOptions:
-    build = settings.build
-    return ReconcileOptions(
-        max_concurrent_builds=build.max_concurrent_builds,
-        max_attempts=build.max_attempts,
-        retry_base=timedelta(seconds=build.retry_base_seconds),
-        retry_cap=timedelta(seconds=build.retry_cap_seconds),
-        recipe_args=recipe_args(settings),
-    )
+    rules = settings.lifecycle_rules()
+    return ReconcileOptions(**asdict(rules), recipe_args=recipe_args(settings))
 
 
 def recipe_args(settings: Settings) -> tuple[tuple[str, str], ...]:

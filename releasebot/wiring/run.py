@@ -58,7 +58,7 @@ def make_elector(settings: Settings, identity: str) -> LeaderElector:
     from releasebot.edge.kube import make_kube_client
     from releasebot.leader.lease import KubernetesLeaseElector
 
-    lease = timedelta(seconds=run.lease_seconds)
+    lease = run.lease
     kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
     # Each call bounded well under the renewal period, so a hung API server costs one round.
     timeout = min(timedelta(seconds=5), lease / 4)
@@ -79,10 +79,7 @@ def runner_options(settings: Settings) -> RunnerOptions:
     """The scheduler's timing: ``[run]``'s interval, jitter and lease, the guard's ttl."""
     run = settings.run
     return RunnerOptions(
-        interval=timedelta(seconds=run.interval_seconds),
-        jitter=timedelta(seconds=run.jitter_seconds),
-        lease=timedelta(seconds=run.lease_seconds),
-        guard_ttl=GUARD_TTL,
+        interval=run.interval, jitter=run.jitter, lease=run.lease, guard_ttl=GUARD_TTL
     )
 
 

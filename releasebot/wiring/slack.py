@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import astuple
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
@@ -47,7 +46,7 @@ def notification_service(settings: Settings, store: StateStore) -> NotificationS
     client = make_web_client(
         slack.secret("bot_token"),
         base_url=slack.base_url,
-        timeout=timedelta(seconds=slack.timeout_seconds),
+        timeout=slack.timeout,
     )
     notifier = SlackNotifier(client, channel=slack.channel, repository=settings.registry.repository)
     return NotificationService(store=store, notifier=notifier)
@@ -140,7 +139,7 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
             handler,
             app_token=app_token,
             base_url=slack.base_url,
-            timeout=timedelta(seconds=slack.timeout_seconds),
+            timeout=slack.timeout,
         )
         stack.callback(door.close)  # before the handler: the door feeds it
 

@@ -13,6 +13,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from tests.integration.test_slash_http import (
 from tests.support.slacksocket import FakeSocketModeSlack
 
 APP_TOKEN = "xapp-1-A0001-1234567890-0123456789abcdef"
+TIMEOUT = timedelta(seconds=10)
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +73,9 @@ def slack() -> Iterator[FakeSocketModeSlack]:
 
 @pytest.fixture
 def door(rig: ChatRig, slack: FakeSocketModeSlack) -> Iterator[SocketModeFrontDoor]:
-    front = SocketModeFrontDoor(rig.handler, app_token=APP_TOKEN, base_url=slack.base_url)
+    front = SocketModeFrontDoor(
+        rig.handler, app_token=APP_TOKEN, base_url=slack.base_url, timeout=TIMEOUT
+    )
     try:
         yield front
     finally:
@@ -187,7 +191,9 @@ def test_a_refused_token_raises_and_leaves_nothing_running(
     rig: ChatRig, slack: FakeSocketModeSlack
 ) -> None:
     other = "xapp-1-A0001-1234567890-not-the-one"
-    door = SocketModeFrontDoor(rig.handler, app_token=other, base_url=slack.base_url)
+    door = SocketModeFrontDoor(
+        rig.handler, app_token=other, base_url=slack.base_url, timeout=TIMEOUT
+    )
     with pytest.raises(SocketModeRejectedError, match="invalid_auth"):
         door.connect()
     assert (slack.refused, slack.opened, door.connected) == (1, 0, False)
@@ -199,7 +205,10 @@ def test_an_unreachable_slack_is_temporary(rig: ChatRig) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     door = SocketModeFrontDoor(
-        rig.handler, app_token=APP_TOKEN, base_url=f"http://127.0.0.1:{port}/api/"
+        rig.handler,
+        app_token=APP_TOKEN,
+        base_url=f"http://127.0.0.1:{port}/api/",
+        timeout=TIMEOUT,
     )
     before = set(threading.enumerate())
     with pytest.raises(SocketModeUnavailableError, match="cannot open Socket Mode"):
@@ -210,4 +219,6 @@ def test_an_unreachable_slack_is_temporary(rig: ChatRig) -> None:
 
 def test_a_bot_token_is_not_an_app_token(rig: ChatRig) -> None:
     with pytest.raises(ConfigError, match="app-level token"):
-        SocketModeFrontDoor(rig.handler, app_token="xoxb-1-2-3")
+        SocketModeFrontDoor(
+            rig.handler, app_token="xoxb-1-2-3", base_url="https://slack.com/api/", timeout=TIMEOUT
+        )

@@ -8,7 +8,9 @@ tickets it issued, greets with ``hello`` as Slack does, lets the test ``push`` e
 and records every ack by ``envelope_id``::
 
     with FakeSocketModeSlack(app_token) as slack:
-        door = SocketModeFrontDoor(handler, app_token=app_token, base_url=slack.base_url)
+        door = SocketModeFrontDoor(
+            handler, app_token=app_token, base_url=slack.base_url, timeout=timedelta(seconds=5)
+        )
         door.connect()
         slack.push({"envelope_id": "e1", "type": "slash_commands", "payload": {...}})
         ack = slack.wait_ack("e1")

@@ -1,14 +1,36 @@
-"""Settings: defaults, the TOML file, environment overrides, and one-line errors naming the key."""
+"""Settings: defaults (each written once), the TOML file, environment overrides, durations
+as timedeltas from their ``*_seconds`` keys, and one-line errors naming the key, for the
+rules of single fields and between fields (the Kaniko options' included)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from releasebot.config import load_settings, redact_url
+from releasebot.builders.kaniko import DEFAULT_EXECUTOR_IMAGE, KanikoOptions
+from releasebot.builders.recipe import CONFIGMAP_NAME
+from releasebot.config import (
+    BuildSettings,
+    DatabaseSettings,
+    FlatcarSettings,
+    HttpSettings,
+    KanikoSettings,
+    KubernetesSettings,
+    NvidiaSettings,
+    RecipeSettings,
+    RegistrySettings,
+    RunSettings,
+    SlackSettings,
+    load_settings,
+    redact_url,
+)
 from releasebot.domain.errors import ConfigError
+from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.versions import Arch
+from releasebot.edge.retry import RetryPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -192,3 +214,69 @@ def test_redact_url_hides_only_the_password() -> None:
         == "postgresql+psycopg://bot:***@db:5432/x"
     )
     assert redact_url("sqlite:///releasebot.db") == "sqlite:///releasebot.db"
+
+
+def test_durations_are_timedeltas_read_from_their_seconds_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "[run]\ninterval_seconds = 600\n[http]\ntimeout_seconds = 2.5\n")
+    settings = load_settings(path, environ={"RELEASEBOT_BUILD_RETRY_BASE_SECONDS": "60"})
+    assert settings.run.interval == timedelta(minutes=10)
+    assert settings.http.timeout == timedelta(seconds=2.5)
+    assert settings.build.retry_base == timedelta(minutes=1)
+    assert settings.kaniko.active_deadline == timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "problem"),
+    [
+        ("[run]\ninterval_seconds = 100000000000000000000\n", "run.interval_seconds", "between"),
+        ("[run]\ninterval_seconds = 1.5\n", "run.interval_seconds", "must be int"),
+        ("[run]\ninterval = 60\n", "run.interval", "unknown key"),  # the key keeps its unit
+        ('[kaniko]\nmemory_request = "9Gi"\n', "kaniko.memory_request", "more than"),
+        ('[kaniko]\ncontext_sub_path = "driver"\n', "kaniko.context_sub_path", "git context"),
+        ('[kaniko]\nregistry_secret = "Push_Creds"\n', "kaniko.registry_secret", "Kubernetes"),
+        ("[kaniko]\nactive_deadline_seconds = 30\n", "kaniko.active_deadline_seconds", "60"),
+        ("[build]\nretry_cap_seconds = 60\n", "build.retry_cap_seconds", "less than"),
+    ],
+)
+def test_rules_between_fields_and_of_durations_name_the_key(
+    tmp_path: Path, text: str, key: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text), environ={})
+    assert caught.value.key == key
+    assert problem in str(caught.value)
+
+
+def test_each_default_is_written_once() -> None:
+    settings = load_settings(None, environ={})
+    assert settings.kaniko.executor_image == DEFAULT_EXECUTOR_IMAGE
+    assert settings.kaniko_options() == KanikoOptions(
+        namespace="releasebot",
+        registry_repository="registry.example.com/nvidia/driver",
+        registry_secret="releasebot-registry",
+        context_configmap=CONFIGMAP_NAME,
+    )
+    assert settings.lifecycle_rules() == LifecycleRules()
+    assert (settings.http.retries, settings.registry.retries) == (RetryPolicy.retries,) * 2
+
+
+def test_every_setting_declares_its_rule_beside_it() -> None:
+    # A field made with `setting` carries its rule and key in its metadata; a plain field
+    # would be a setting whose rule lives somewhere else.
+    for section in (
+        DatabaseSettings,
+        FlatcarSettings,
+        NvidiaSettings,
+        RegistrySettings,
+        HttpSettings,
+        KubernetesSettings,
+        KanikoSettings,
+        BuildSettings,
+        SlackSettings,
+        RecipeSettings,
+        RunSettings,
+    ):
+        for spec in fields(section):
+            assert "check" in spec.metadata, f"{section.__name__}.{spec.name}"
+            if isinstance(spec.default, timedelta):
+                assert "_seconds" in str(spec.metadata["key"]), spec.name  # the unit, as documented

@@ -4,6 +4,7 @@ naming the key; and how the replica's identity is chosen.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,11 @@ from releasebot.wiring import run_identity
 
 def test_defaults() -> None:
     run = load_settings(None, environ={}).run
-    assert (run.interval_seconds, run.jitter_seconds, run.lease_seconds) == (300, 30, 30)
+    assert (run.interval, run.jitter, run.lease) == (
+        timedelta(minutes=5),
+        timedelta(seconds=30),
+        timedelta(seconds=30),
+    )
     assert (run.listen, run.lease_name) == ("0.0.0.0:8080", "releasebot-leader")
     assert (run.leader_election, run.log_format, run.identity) == ("kubernetes", "auto", "")
 
@@ -26,7 +31,11 @@ def test_file_and_environment(tmp_path: Path) -> None:
         '[run]\ninterval_seconds = 60\nlisten = "[::]:9000"\nleader_election = "none"\n'
     )
     run = load_settings(path, environ={"RELEASEBOT_RUN_JITTER_SECONDS": "5"}).run
-    assert (run.interval_seconds, run.jitter_seconds, run.listen) == (60, 5, "[::]:9000")
+    assert (run.interval, run.jitter, run.listen) == (
+        timedelta(minutes=1),
+        timedelta(seconds=5),
+        "[::]:9000",
+    )
     assert run.leader_election == "none"
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,7 +29,9 @@ from releasebot.store.lock import CycleGuard
 from releasebot.store.memory import MemoryStateStore
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-OPTIONS = RunnerOptions(interval=timedelta(minutes=5), jitter=timedelta(0))
+OPTIONS = RunnerOptions(
+    interval=timedelta(minutes=5), jitter=timedelta(0), lease=timedelta(seconds=30)
+)
 
 
 @dataclass
@@ -223,7 +225,7 @@ def test_stop_abandons_a_cycle_that_outlives_the_grace(replica: Callable[..., Re
         release.wait(10)
         return CycleReport()
 
-    a = replica("a", cycle=slow, options=RunnerOptions(interval=timedelta(hours=1)))
+    a = replica("a", cycle=slow, options=replace(OPTIONS, interval=timedelta(hours=1)))
     a.runner.start()
     try:
         assert started.wait(5)
