@@ -11,9 +11,12 @@ message in place, the first event posts it. Events of a feed group under the fee
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from releasebot.domain.builds import BuildRecord, BuildState
+from releasebot.domain.models import TargetRecord
 
 Payload = Mapping[str, "str | int | list[str] | None"]
 
@@ -68,3 +71,39 @@ def build_key(tag: str, attempt: int) -> str:
 
 def feed_key(feed: str) -> str:
     return f"feed:{feed}"
+
+
+def build_event(
+    kind: EventKind,
+    record: TargetRecord,
+    now: datetime,
+    builds: Sequence[BuildRecord],
+    max_attempts: int,
+    error: str | None = None,
+) -> Event:
+    """An event about ``record``'s current attempt, with what a chat message needs to show:
+    the one payload shape of a build's events (``notify.render`` reads it)."""
+    target = record.target
+    failed = [build for build in builds if build.state is BuildState.FAILED]
+    payload: dict[str, str | int | list[str] | None] = {
+        "tag": target.tag,
+        "attempt": record.attempts,
+        "max_attempts": max_attempts,
+        "driver_version": target.driver_version.text,
+        "flatcar_version": target.flatcar_version.text,
+        "flatcar_channel": target.flatcar_channel,
+        "kernel_release": target.kernel_release,
+        "arches": [arch.value for arch in target.arches],
+        "jobs": [build.job_name for build in builds],
+        "digest": record.digest,
+        "arch_digests": [
+            f"{b.arch.value} {b.digest}" for b in builds if b.digest and len(builds) > 1
+        ],
+        "error": error,
+        "reasons": sorted({b.reason.value for b in failed if b.reason is not None}),
+        "log_tail": next((b.log_tail for b in failed if b.log_tail), None),
+        "next_attempt_at": None
+        if record.next_attempt_at is None
+        else record.next_attempt_at.isoformat(),
+    }
+    return Event(kind, build_key(record.tag, record.attempts), record.tag, now, payload)

@@ -3,7 +3,8 @@
 ``docs/architecture.md`` draws the machine; this module is its one home. Each function takes
 the facts the service fetched (the target's record, its builds, what the registry or the
 inputs' servers said, the time) and returns a typed decision: the record as it becomes,
-what to log (``Decision``, an ``Action``) and what to tell (an ``Event``). The service only
+what to log (a ``Decision``, its ``Action``: ``domain.decisions``) and what to tell (an
+``Event``, its payload ``events.build_event``'s). The service only
 fetches facts, saves decisions (one transaction each) and keeps the order. The cycle,
 ``/releasebot plan`` and ``missing``, the CLI and the metrics ask these same functions, so
 they cannot disagree::
@@ -42,54 +43,11 @@ from releasebot.domain.builds import (
     describe_build,
     retry_delay,
 )
-from releasebot.domain.events import Event, EventKind, build_key
+from releasebot.domain.decisions import Action, Decision
+from releasebot.domain.events import Event, EventKind, build_event
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
-
-
-class Action(enum.StrEnum):
-    """What was decided about a target or one of its builds (the log's and the report's)."""
-
-    PUBLISHED = "published"
-    MISSING = "missing"
-    WAITING = "waiting"
-    DEFERRED = "deferred"
-    PAUSED = "paused"
-    WOULD_LAUNCH = "would launch"
-    LAUNCHED = "launched"
-    ADOPTED = "adopted"
-    REUSED = "reused"
-    LAUNCH_POSTPONED = "launch postponed"
-    REJECTED = "rejected"
-    BUILD_SUCCEEDED = "build succeeded"
-    BUILD_FAILED = "build failed"
-    RETRYING = "retrying"
-    FAILED = "failed"
-    INDEX_POSTPONED = "index postponed"
-
-    @property
-    def starts_build(self) -> bool:
-        """A build Job now exists for the decision's build (created, or adopted)."""
-        return self in (Action.LAUNCHED, Action.ADOPTED)
-
-    @property
-    def ends_build(self) -> bool:
-        """The decision's build is over (its result recorded)."""
-        return self in (Action.BUILD_SUCCEEDED, Action.BUILD_FAILED, Action.REJECTED)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One thing decided, for the log and the report: ``action`` on ``tag`` (and ``job``)."""
-
-    action: Action
-    tag: str
-    detail: str = ""
-    job: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "action", Action(self.action))
 
 
 @dataclass(frozen=True)
@@ -216,7 +174,7 @@ def check_inputs(
     if runfile_gone and now - record.first_planned_at >= rules.runfile_grace:
         why = f"NVIDIA runfile still missing after {rules.runfile_grace}: {missing[-1]}"
         failed = replace(record, state=TargetState.FAILED, last_error=why, updated_at=now)
-        event = build_event(EventKind.BUILD_FAILED, failed, now, (), rules, error=why)
+        event = build_event(EventKind.BUILD_FAILED, failed, now, (), rules.max_attempts, why)
         return Change(failed, Decision(Action.FAILED, record.tag, why), event)
     detail = f"waiting for {len(missing)} input(s), first: {missing[0]}"
     waiting = replace(
@@ -275,7 +233,9 @@ def start_attempt(
         updated_at=now,
     )
     return Attempt(
-        building, builds, build_event(EventKind.BUILD_STARTED, building, now, builds, rules)
+        building,
+        builds,
+        build_event(EventKind.BUILD_STARTED, building, now, builds, rules.max_attempts),
     )
 
 
@@ -336,7 +296,9 @@ def settle(
             last_error=summary,
             updated_at=now,
         )
-        event = build_event(EventKind.BUILD_RETRYING, retrying, now, current, rules, summary)
+        event = build_event(
+            EventKind.BUILD_RETRYING, retrying, now, current, rules.max_attempts, summary
+        )
         return Change(
             retrying, Decision(Action.RETRYING, record.tag, f"in {delay}: {summary}"), event
         )
@@ -349,14 +311,14 @@ def settle(
         updated_at=now,
     )
     kind = EventKind.RETRIES_EXHAUSTED if transient else EventKind.BUILD_FAILED
-    event = build_event(kind, given_up, now, current, rules, summary)
+    event = build_event(kind, given_up, now, current, rules.max_attempts, summary)
     return Change(given_up, Decision(Action.FAILED, record.tag, why + summary), event)
 
 
 def published(publish: Publish, digest: str, *, now: datetime, rules: LifecycleRules) -> Change:
     """The tag is published with ``digest`` (the image's, or the index's)."""
     record = mark_published(publish.record, digest, now)
-    event = build_event(EventKind.TAG_PUBLISHED, record, now, publish.builds, rules)
+    event = build_event(EventKind.TAG_PUBLISHED, record, now, publish.builds, rules.max_attempts)
     return Change(record, Decision(Action.PUBLISHED, record.tag, digest), event)
 
 
@@ -364,7 +326,9 @@ def index_refused(publish: Publish, error: str, *, now: datetime, rules: Lifecyc
     """The registry refused the index for good (e.g. a per-arch image gone): a human looks."""
     why = f"cannot publish the index: {error}"
     record = replace(publish.record, state=TargetState.FAILED, last_error=why, updated_at=now)
-    event = build_event(EventKind.BUILD_FAILED, record, now, publish.builds, rules, why)
+    event = build_event(
+        EventKind.BUILD_FAILED, record, now, publish.builds, rules.max_attempts, why
+    )
     return Change(record, Decision(Action.FAILED, record.tag, why), event)
 
 
@@ -424,41 +388,3 @@ def is_outstanding(record: TargetRecord) -> bool:
     """Whether the registry lacks the image the plan wants (or holds the wrong arches):
     what ``/releasebot missing`` lists and the alert metric counts."""
     return record.state is not TargetState.PUBLISHED
-
-
-# -- what is told --------------------------------------------------------------------------
-
-
-def build_event(
-    kind: EventKind,
-    record: TargetRecord,
-    now: datetime,
-    builds: Sequence[BuildRecord],
-    rules: LifecycleRules,
-    error: str | None = None,
-) -> Event:
-    """An event about ``record``'s current attempt, with what a chat message needs to show."""
-    target = record.target
-    failed = [build for build in builds if build.state is BuildState.FAILED]
-    payload: dict[str, str | int | list[str] | None] = {
-        "tag": target.tag,
-        "attempt": record.attempts,
-        "max_attempts": rules.max_attempts,
-        "driver_version": target.driver_version.text,
-        "flatcar_version": target.flatcar_version.text,
-        "flatcar_channel": target.flatcar_channel,
-        "kernel_release": target.kernel_release,
-        "arches": [arch.value for arch in target.arches],
-        "jobs": [build.job_name for build in builds],
-        "digest": record.digest,
-        "arch_digests": [
-            f"{b.arch.value} {b.digest}" for b in builds if b.digest and len(builds) > 1
-        ],
-        "error": error,
-        "reasons": sorted({b.reason.value for b in failed if b.reason is not None}),
-        "log_tail": next((b.log_tail for b in failed if b.log_tail), None),
-        "next_attempt_at": None
-        if record.next_attempt_at is None
-        else record.next_attempt_at.isoformat(),
-    }
-    return Event(kind, build_key(record.tag, record.attempts), record.tag, now, payload)

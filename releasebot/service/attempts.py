@@ -42,13 +42,14 @@ from releasebot.domain.builds import (
     verify_digest,
     verify_labels,
 )
+from releasebot.domain.decisions import Action
 from releasebot.domain.errors import (
     ClusterRejectedError,
     ClusterUnavailableError,
     ReleasebotError,
     TemporaryError,
 )
-from releasebot.domain.lifecycle import Action, Change, LifecycleRules, Publish
+from releasebot.domain.lifecycle import Change, LifecycleRules, Publish
 from releasebot.domain.models import Target, TargetRecord, TargetState
 from releasebot.domain.ports import ArtifactSource, JobLauncher, Registry, StateStore
 from releasebot.domain.readiness import Readiness

@@ -22,8 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from releasebot.domain.commands import HELP_TEXT, Command, Verb
+from releasebot.domain.decisions import Action
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
-from releasebot.domain.lifecycle import Action, NextStep, is_outstanding, next_step
+from releasebot.domain.lifecycle import NextStep, is_outstanding, next_step
 from releasebot.domain.models import TargetState
 from releasebot.domain.ports import StateStore
 from releasebot.domain.versions import Arch

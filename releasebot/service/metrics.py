@@ -25,8 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from releasebot.domain.builds import BuildRecord, BuildState
+from releasebot.domain.decisions import Action, Decision
 from releasebot.domain.errors import ReleasebotError
-from releasebot.domain.lifecycle import Action, Decision, is_outstanding
+from releasebot.domain.lifecycle import is_outstanding
 from releasebot.domain.models import TargetState
 from releasebot.domain.ports import StateStore
 from releasebot.service.report import CycleReport

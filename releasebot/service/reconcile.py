@@ -20,8 +20,9 @@ from datetime import datetime
 
 from releasebot.domain import lifecycle
 from releasebot.domain.builds import arch_tag
+from releasebot.domain.decisions import Action
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
-from releasebot.domain.lifecycle import Action, LifecycleRules
+from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import ArtifactSource, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch

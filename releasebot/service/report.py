@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from releasebot.domain.lifecycle import Action, Decision
+from releasebot.domain.decisions import Action, Decision
 from releasebot.domain.models import TargetRecord
 from releasebot.service.plan import PlanResult
 

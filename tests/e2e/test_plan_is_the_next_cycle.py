@@ -23,7 +23,7 @@ import pytest
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.domain.commands import Command, Verb
-from releasebot.domain.lifecycle import Action
+from releasebot.domain.decisions import Action
 from releasebot.domain.models import TargetRecord, TargetState, Validators
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.domain.ports import FetchResult

@@ -19,11 +19,10 @@ from releasebot.domain.builds import (
     build_request,
     retry_delay,
 )
+from releasebot.domain.decisions import Action, Decision
 from releasebot.domain.events import EventKind
 from releasebot.domain.lifecycle import (
-    Action,
     Change,
-    Decision,
     LifecycleRules,
     NextStep,
     Publish,

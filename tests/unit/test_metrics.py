@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client.parser import text_string_to_metric_families
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
-from releasebot.domain.lifecycle import Decision
+from releasebot.domain.decisions import Decision
 from releasebot.domain.models import TargetState
 from releasebot.domain.versions import Arch
 from releasebot.service.metrics import ServiceMetrics

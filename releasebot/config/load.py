@@ -1,0 +1,173 @@
+"""Loading the settings: the TOML file, then ``RELEASEBOT_<SECTION>_<KEY>`` overrides.
+
+Every key must be known; every value is converted to its field's type (environment values
+are strings: lists are comma-separated, numbers decimal) and checked by its field's rule,
+defaults included; then the rules between fields run, the Kaniko options' own among them.
+A problem is one ``ConfigError`` naming the key, or the variable that set it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import fields
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from releasebot.config.rules import Seconds, ca_file, existing_file
+from releasebot.config.sections import SECTIONS, Settings
+from releasebot.domain.errors import ConfigError
+
+ENV_PREFIX = "RELEASEBOT_"
+CONFIG_ENV = "RELEASEBOT_CONFIG"
+
+
+# -- loading -----------------------------------------------------------------------------------
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Read ``path`` (or ``$RELEASEBOT_CONFIG``, or nothing), apply the environment, validate."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, dict[str, Any]] = {}
+    if path is None and environ.get(CONFIG_ENV):
+        path = environ[CONFIG_ENV]
+    if path is not None:
+        raw = _read_toml(Path(path))
+    _apply_environment(raw, environ)
+    sections = {name: _build_section(name, raw.get(name, {})) for name in SECTIONS}
+    settings = Settings(**sections)
+    _check_cross_field(settings)
+    return settings
+
+
+def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("--config", f"file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError("--config", f"cannot read {path}: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError("--config", f"{path} is not valid TOML: {error}") from None
+    for name, value in data.items():
+        if name not in SECTIONS:
+            raise ConfigError(name, f"unknown section (known: {', '.join(SECTIONS)})")
+        if not isinstance(value, dict):
+            raise ConfigError(name, "must be a [table]")
+    return data
+
+
+def _apply_environment(raw: dict[str, dict[str, Any]], environ: Mapping[str, str]) -> None:
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+            continue
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
+        if section in ("service", "port"):
+            # Kubernetes injects RELEASEBOT_SERVICE_HOST, RELEASEBOT_PORT_8080_TCP… for a
+            # Service named releasebot: not settings, never an error.
+            continue
+        if section not in SECTIONS or not key:
+            raise ConfigError(name, "unknown setting in the environment")
+        text = _EnvText(value)
+        text.source = name
+        raw.setdefault(section, {})[key] = text
+
+
+class _EnvText(str):
+    """A value that came from the environment: converted to the field's type on build.
+
+    ``source`` is the variable's name, so an error names what the user actually set.
+    """
+
+    source: str = ""
+
+
+def _build_section(name: str, values: Mapping[str, Any]) -> Any:
+    """The section ``name`` from its raw ``values``: every key known, every value of its
+    field's type and following its field's rule (defaults included)."""
+    cls = SECTIONS[name]
+    by_key = {str(f.metadata.get("key") or f.name): f for f in fields(cls)}
+    given: dict[str, tuple[Any, str]] = {}
+    for key, value in values.items():
+        source = value.source if isinstance(value, _EnvText) else f"{name}.{key}"
+        if key not in by_key:
+            raise ConfigError(source, f"unknown key (known: {', '.join(by_key)})")
+        given[by_key[key].name] = (value, source)
+    kwargs: dict[str, Any] = {}
+    for key, spec in by_key.items():
+        check = spec.metadata.get("check")
+        value, source = given.get(spec.name, (spec.default, f"{name}.{key}"))
+        if isinstance(check, Seconds):  # given in seconds, kept as a timedelta
+            if isinstance(value, timedelta):
+                value = check.unit(value.total_seconds())
+            kwargs[spec.name] = check(source, _convert(source, value, check.unit))
+            continue
+        value = _convert(source, value, type(spec.default))
+        kwargs[spec.name] = value if check is None else check(source, value)
+    return cls(**kwargs)
+
+
+def _convert(key: str, value: Any, kind: type) -> Any:
+    if isinstance(value, _EnvText):
+        return _convert_env(key, str(value), kind)
+    if kind is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(key, f"must be a list, got {type(value).__name__}")
+        items = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int | str):
+                raise ConfigError(key, f"must be a list of strings, got {item!r}")
+            items.append(str(item))
+        return tuple(items)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise ConfigError(key, f"must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _convert_env(key: str, text: str, kind: type) -> Any:
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(key, f"must be true or false, got {text!r}")
+        return lowered in ("true", "1", "yes")
+    if kind is tuple:
+        return tuple(item.strip() for item in text.split(",") if item.strip())
+    if kind in (int, float):
+        try:
+            number = kind(text)
+        except ValueError:
+            raise ConfigError(key, f"must be a number, got {text!r}") from None
+        if not math.isfinite(number):
+            raise ConfigError(key, f"must be a finite number, got {text!r}")
+        return number
+    return text
+
+
+def _check_cross_field(settings: Settings) -> None:
+    if "{channel}" not in settings.flatcar.feed_url and len(settings.flatcar.channels) > 1:
+        raise ConfigError(
+            "flatcar.feed_url",
+            "must contain {channel} when several channels are configured",
+        )
+    if not settings.nvidia.branches and not settings.nvidia.branch_types:
+        raise ConfigError("nvidia.branches", "select at least one branch or branch type")
+    ca_file("http.ca_bundle", settings.http.ca_bundle)
+    ca_file("registry.ca_file", settings.registry.ca_file)
+    existing_file("registry.docker_config", settings.registry.docker_config)
+    existing_file("kubernetes.kubeconfig", settings.kubernetes.kubeconfig)
+    if not settings.kaniko.context and not settings.kaniko.context_configmap:
+        raise ConfigError("kaniko.context", "set a git:// context or kaniko.context_configmap")
+    if settings.registry.password and not settings.registry.username:
+        raise ConfigError("registry.username", "is needed when registry.password is set")
+    if settings.build.retry_cap < settings.build.retry_base:
+        raise ConfigError("build.retry_cap_seconds", "must not be less than retry_base_seconds")
+    if settings.run.jitter * 2 > settings.run.interval:
+        raise ConfigError("run.jitter_seconds", "must be at most half of run.interval_seconds")
+    settings.kaniko_options()  # the options' rules between fields, against their keys

@@ -1,0 +1,285 @@
+"""The rules settings follow, one function each, and ``setting`` that binds one to a field.
+
+A rule is ``check(key, value)``: it returns the value (perhaps normalised) or raises
+``ConfigError(key, problem)`` with a one-line problem, never repeating a secret. The rules
+of the Kaniko options are the builder's own (``builders.kaniko``), wrapped by
+``kaniko_rule`` to name the setting's key. Deliberately not here: which field follows which
+rule (``config.sections`` says so at each field) and reading files (``config.load``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
+
+from releasebot.builders import kaniko
+from releasebot.domain.errors import ConfigError, InvalidOptionError
+from releasebot.domain.policy import is_flatcar_channel
+from releasebot.domain.versions import Arch, is_driver_branch
+from releasebot.edge.retry import MAX_RETRIES
+
+T = TypeVar("T")
+Check = Callable[[str, Any], Any]
+"""A rule: ``check(key, value)`` returns the value (perhaps normalised) or raises
+``ConfigError(key, problem)``."""
+
+NVIDIA_BRANCH_TYPES = ("production branch", "lts branch", "new feature branch")
+
+
+def setting(
+    default: T, check: Check | None = None, *, key: str | None = None, secret: bool = False
+) -> T:
+    """A settings field: its ``default``, the rule its value follows, the ``key`` it is read
+    from when that is not the field's name, and whether it is a secret (kept out of repr)."""
+    return field(default=default, repr=not secret, metadata={"check": check, "key": key})
+
+
+@dataclass(frozen=True)
+class Seconds:
+    """The rule of a duration given in seconds: whole seconds from ``low`` to ``high``, or
+    (``whole=False``) any number of seconds above 0 up to ``high``."""
+
+    low: int
+    high: int
+    whole: bool = True
+
+    @property
+    def unit(self) -> type:
+        return int if self.whole else float
+
+    def __call__(self, key: str, seconds: float) -> timedelta:
+        if not self.whole:
+            if not math.isfinite(seconds) or not 0 < seconds <= self.high:
+                raise ConfigError(
+                    key, f"must be a number of seconds between 0 and {self.high}, got {seconds}"
+                )
+        elif not self.low <= seconds <= self.high:
+            raise ConfigError(key, f"must be between {self.low} and {self.high}, got {seconds}")
+        return timedelta(seconds=seconds)
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def between(low: int, high: int) -> Check:
+    def check(key: str, value: int) -> int:
+        if not low <= value <= high:
+            raise ConfigError(key, f"must be between {low} and {high}, got {value}")
+        return value
+
+    return check
+
+
+keep = between(1, 100)
+retries = between(0, MAX_RETRIES)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and errors)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not parseable: hide whatever stands before an '@'
+        return re.sub(r"://[^/@]*@", "://***@", url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def feed_url(key: str, value: str) -> str:
+    shown = redact_url(value)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as error:
+        raise ConfigError(key, f"is not a valid URL ({error}): {shown!r}") from None
+    if parts.scheme not in ("http", "https", "file") or not (parts.netloc or parts.path):
+        raise ConfigError(key, f"must be an http://, https:// or file:// URL, got {shown!r}")
+    if parts.scheme in ("http", "https") and not parts.hostname:
+        raise ConfigError(key, f"has no host: {shown!r}")
+    if any(ord(char) < 33 or ord(char) == 127 for char in value):
+        raise ConfigError(key, f"contains spaces or control characters: {shown!r}")
+    leftover = value.replace("{channel}", "")
+    if "{" in leftover or "}" in leftover:
+        raise ConfigError(key, "the only placeholder allowed is {channel}")
+    return value
+
+
+def http_url(key: str, value: str) -> str:
+    checked = feed_url(key, value)
+    if not checked.startswith(("http://", "https://")):
+        raise ConfigError(key, "must be an http:// or https:// URL")
+    return checked
+
+
+def channels(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        raise ConfigError(key, "must name at least one channel")
+    for channel in value:
+        if not is_flatcar_channel(channel):
+            raise ConfigError(
+                key, f"{channel!r} is not a channel (stable, beta, alpha, lts or lts-YYYY)"
+            )
+    if len(set(value)) != len(value):
+        raise ConfigError(key, "lists a channel twice")
+    return value
+
+
+def arches(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        raise ConfigError(key, "must name at least one arch")
+    for arch in value:
+        if arch not in {a.value for a in Arch}:
+            raise ConfigError(key, f"{arch!r} is not an arch (amd64, arm64)")
+    return tuple(dict.fromkeys(value))
+
+
+def branches(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    for branch in value:
+        if not is_driver_branch(branch):
+            raise ConfigError(key, f"{branch!r} is not a driver branch (e.g. 580)")
+    return tuple(dict.fromkeys(value))
+
+
+def branch_types(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    lowered = tuple(dict.fromkeys(item.strip().lower() for item in value))
+    for item in lowered:
+        if item not in NVIDIA_BRANCH_TYPES:
+            raise ConfigError(key, f"{item!r} is not one of {', '.join(NVIDIA_BRANCH_TYPES)}")
+    return lowered
+
+
+def database_url(key: str, value: str) -> str:
+    scheme = value.split(":", 1)[0]
+    if scheme in ("postgresql", "postgres"):
+        value = "postgresql+psycopg:" + value.split(":", 1)[1]
+        scheme = "postgresql+psycopg"
+    if scheme not in ("sqlite", "postgresql+psycopg") or "://" not in value:
+        raise ConfigError(
+            key, f"must be sqlite:///PATH or postgresql+psycopg://..., got {redact_url(value)!r}"
+        )
+    try:
+        urlsplit(value).port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as error:
+        raise ConfigError(key, f"is not a valid URL ({error})") from None
+    return value
+
+
+def existing_file(key: str, value: str) -> str:
+    if value and not Path(value).is_file():
+        raise ConfigError(key, f"file {value} not found")
+    return value
+
+
+def ca_file(key: str, value: str) -> str:
+    """A readable PEM bundle of CA certificates (checked now, not at the first request)."""
+    existing_file(key, value)
+    if value:
+        try:
+            ssl.create_default_context(cafile=value)
+        except (ssl.SSLError, OSError, ValueError) as error:
+            raise ConfigError(key, f"{value} is not a PEM CA bundle ({error})") from None
+    return value
+
+
+def printable(most: int, *, empty: bool) -> Check:
+    def check(key: str, value: str) -> str:
+        if not value and empty:
+            return value
+        if not value or not value.isascii() or not value.isprintable() or len(value) > most:
+            raise ConfigError(key, f"must be printable ASCII, 1-{most} characters")
+        return value
+
+    return check
+
+
+def kaniko_rule(rule: Callable[[str, Any], Any], *, optional: bool = False) -> Check:
+    """A rule of ``builders.kaniko`` (the options' own), naming the setting's key."""
+
+    def check(key: str, value: Any) -> Any:
+        if optional and not value:
+            return value
+        try:
+            rule(key, value)
+        except InvalidOptionError as error:
+            raise ConfigError(key, error.problem) from None
+        return value
+
+    return check
+
+
+def git_context(key: str, value: str) -> str:
+    if value and not value.startswith("git://"):
+        raise ConfigError(key, "must be a git:// context (git://host/repo.git#ref#commit) or empty")
+    return cast(str, kaniko_rule(kaniko.check_git_context, optional=True)(key, value))
+
+
+def sub_path(key: str, value: str) -> str:
+    if value.startswith("/") or ".." in value.split("/"):
+        raise ConfigError(key, f"{value!r} must be a relative path inside the context")
+    return cast(str, kaniko_rule(kaniko.check_relative_path, optional=True)(key, value))
+
+
+_SLACK_ID_RE = re.compile(r"[A-Z0-9]{2,20}")
+
+
+def slack_ids(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        if _SLACK_ID_RE.fullmatch(item) is None:
+            raise ConfigError(key, f"{item!r} is not a Slack ID (e.g. U024BE7LH or C024BE91L)")
+    return value
+
+
+def optional_slack_id(key: str, value: str) -> str:
+    if value:
+        slack_ids(key, (value,))
+    return value
+
+
+def api_base_url(key: str, value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not value.endswith("/"):
+        raise ConfigError(key, f"must be an http(s) URL ending in '/', got {redact_url(value)!r}")
+    return value
+
+
+def token(prefix: str) -> Check:
+    def check(key: str, value: str) -> str:
+        if value and not value.startswith(prefix):
+            raise ConfigError(key, f"must start with {prefix!r} (value not shown)")
+        return value
+
+    return check
+
+
+def listen(key: str, value: str) -> str:
+    host, _, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or int(port) > 65535 or any(c in host for c in "/ @"):
+        raise ConfigError(key, f"must be HOST:PORT (e.g. 0.0.0.0:8080 or [::]:8080), got {value!r}")
+    return value
+
+
+def one_of(*choices: str) -> Check:
+    def check(key: str, value: str) -> str:
+        if value not in choices:
+            raise ConfigError(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+_FINGERPRINT_RE = re.compile(r"[0-9A-F]{40}")
+
+
+def fingerprint(key: str, value: str) -> str:
+    if _FINGERPRINT_RE.fullmatch(value) is None:
+        raise ConfigError(key, "must be a 40-character upper-case hex OpenPGP fingerprint")
+    return value

@@ -1,0 +1,343 @@
+"""The settings tree: one frozen dataclass per section, each field with its rule beside it.
+
+``setting(default, rule, key=...)`` declares a field: its default (written once: here, or
+taken from the options that own it, ``KanikoOptions``, ``LifecycleRules``, the retry
+policy), the rule its value follows (``config.rules``), and the key users write when that
+is not the field's name: durations are ``timedelta`` fields read from their documented
+``*_seconds`` keys. Every field's docstring or the example file says its unit and why its
+default is what it is. Deliberately not here: reading the file and the environment
+(``config.load``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from releasebot.builders import kaniko
+from releasebot.builders.kaniko import DEFAULT_EXECUTOR_IMAGE, KanikoOptions
+from releasebot.builders.recipe import CONFIGMAP_NAME
+from releasebot.config import rules
+from releasebot.config.rules import Seconds, redact_url, setting
+from releasebot.domain.errors import ConfigError, InvalidOptionError
+from releasebot.domain.lifecycle import LifecycleRules
+from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
+from releasebot.domain.versions import Arch
+from releasebot.edge.retry import RetryPolicy
+from releasebot.registry import DEFAULT_TIMEOUT as REGISTRY_TIMEOUT
+
+# -- the sections ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    url: str = setting("sqlite:///releasebot.db", rules.database_url)
+    """SQLAlchemy URL. ``sqlite:///relative.db``, ``sqlite:////abs.db`` or
+    ``postgresql+psycopg://user:pass@host/db``; ``postgresql://`` is read as psycopg 3."""
+
+    def __repr__(self) -> str:  # the URL may hold a password
+        return f"DatabaseSettings(url={redact_url(self.url)!r})"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+
+@dataclass(frozen=True)
+class FlatcarSettings:
+    feed_url: str = setting(
+        "https://www.flatcar.org/releases-json/releases-{channel}.json", rules.feed_url
+    )
+    channels: tuple[str, ...] = setting(("stable", "lts"), rules.channels)
+    arches: tuple[str, ...] = setting(("amd64",), rules.arches)
+    keep: int = setting(2, rules.keep)
+
+
+@dataclass(frozen=True)
+class NvidiaSettings:
+    feed_url: str = setting(
+        "https://docs.nvidia.com/datacenter/tesla/drivers/releases.json", rules.feed_url
+    )
+    branches: tuple[str, ...] = setting(("580",), rules.branches)
+    branch_types: tuple[str, ...] = setting((), rules.branch_types)
+    keep: int = setting(1, rules.keep)
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    repository: str = setting(
+        "registry.example.com/nvidia/driver", rules.kaniko_rule(kaniko.check_repository)
+    )
+    insecure: bool = setting(False)
+    """Plain HTTP (a registry on a private network without TLS)."""
+    ca_file: str = setting("")
+    ca_configmap: str = setting("", rules.kaniko_rule(kaniko.check_name, optional=True))
+    """ConfigMap (key ``ca.crt``) with the same CA, mounted into the build Jobs."""
+    tls_verify: bool = setting(True)
+    docker_config: str = setting("")
+    """Path to a Docker ``config.json`` (the Secret Kaniko mounts); empty: none."""
+    username: str = setting("")
+    password: str = setting("", secret=True)
+    timeout: timedelta = setting(
+        REGISTRY_TIMEOUT, Seconds(0, 3600, whole=False), key="timeout_seconds"
+    )
+    retries: int = setting(RetryPolicy.retries, rules.retries)
+
+    @property
+    def host(self) -> str:
+        return self.repository.split("/", 1)[0]
+
+    @property
+    def path(self) -> str:
+        return self.repository.split("/", 1)[1]
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    namespace: str = setting("releasebot", rules.kaniko_rule(kaniko.check_dns_label))
+    kubeconfig: str = setting("")
+    """Empty: the in-cluster service account, else ``$KUBECONFIG``."""
+
+
+@dataclass(frozen=True)
+class KanikoSettings:
+    """The build Jobs' shape; the defaults (and rules) are ``KanikoOptions``'s."""
+
+    executor_image: str = setting(DEFAULT_EXECUTOR_IMAGE, rules.kaniko_rule(kaniko.check_image))
+    registry_secret: str = setting("releasebot-registry", rules.kaniko_rule(kaniko.check_name))
+    context: str = setting("", rules.git_context)
+    """A git context (``git://host/repo.git#refs/heads/main#<commit>``); empty: the
+    ConfigMap ``context_configmap`` mounted as ``dir://``."""
+    context_configmap: str = setting(
+        CONFIGMAP_NAME, rules.kaniko_rule(kaniko.check_name, optional=True)
+    )
+    context_sub_path: str = setting("", rules.sub_path)
+    dockerfile: str = setting(KanikoOptions.dockerfile, rules.sub_path)
+    memory_request: str = setting(
+        KanikoOptions.memory_request, rules.kaniko_rule(kaniko.check_quantity)
+    )
+    memory_limit: str = setting(
+        KanikoOptions.memory_limit, rules.kaniko_rule(kaniko.check_quantity)
+    )
+    ephemeral_storage_request: str = setting(
+        KanikoOptions.ephemeral_storage_request, rules.kaniko_rule(kaniko.check_quantity)
+    )
+    ephemeral_storage_limit: str = setting(
+        KanikoOptions.ephemeral_storage_limit, rules.kaniko_rule(kaniko.check_quantity)
+    )
+    cpu_request: str = setting(KanikoOptions.cpu_request, rules.kaniko_rule(kaniko.check_quantity))
+    active_deadline: timedelta = setting(
+        KanikoOptions.active_deadline, Seconds(60, 86400), key="active_deadline_seconds"
+    )
+    ttl_after_finished: timedelta = setting(
+        KanikoOptions.ttl_after_finished, Seconds(0, 30 * 86400), key="ttl_seconds_after_finished"
+    )
+    push_retry: int = setting(KanikoOptions.push_retry, rules.kaniko_rule(kaniko.check_push_retry))
+    user_namespace: bool = setting(KanikoOptions.user_namespace)
+
+
+@dataclass(frozen=True)
+class SlackSettings:
+    bot_token: str = setting("", rules.token("xoxb-"), secret=True)
+    """``xoxb-…``; empty: no notifications. Prefer ``bot_token_file`` or the environment."""
+    bot_token_file: str = setting("", rules.existing_file)
+    signing_secret: str = setting("", secret=True)
+    signing_secret_file: str = setting("", rules.existing_file)
+    app_token: str = setting("", rules.token("xapp-"), secret=True)
+    """``xapp-…`` for Socket Mode; empty: the HTTP endpoint only."""
+    app_token_file: str = setting("", rules.existing_file)
+    channel: str = setting("", rules.optional_slack_id)
+    """Channel ID (``C…``) notifications go to."""
+    allowed_users: tuple[str, ...] = setting((), rules.slack_ids)
+    allowed_channels: tuple[str, ...] = setting((), rules.slack_ids)
+    base_url: str = setting("https://slack.com/api/", rules.api_base_url)
+    feed_alert_after: timedelta = setting(
+        timedelta(hours=6), Seconds(60, 30 * 86400), key="feed_alert_after_seconds"
+    )
+    timeout: timedelta = setting(
+        timedelta(seconds=10), Seconds(0, 3600, whole=False), key="timeout_seconds"
+    )
+
+    def secret(self, name: str) -> str:
+        """``bot_token``, ``signing_secret`` or ``app_token``: the value, else its file's."""
+        value = str(getattr(self, name))
+        path = str(getattr(self, f"{name}_file"))
+        if value or not path:
+            return value
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise ConfigError(
+                f"slack.{name}_file", f"cannot read {path}: {error.strerror}"
+            ) from None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.channel and (self.bot_token or self.bot_token_file))
+
+
+@dataclass(frozen=True)
+class RecipeSettings:
+    flatcar_base_url: str = setting("https://{channel}.release.flatcar-linux.net", rules.http_url)
+    """Where Flatcar's build artefacts live; ``{channel}`` is replaced (mirrors work)."""
+    nvidia_base_url: str = setting("https://us.download.nvidia.com/tesla", rules.http_url)
+    flatcar_key_fingerprint: str = setting(
+        "F88CFEDEFF29A5B4D9523864E25D9AED0593B34A", rules.fingerprint
+    )
+    flatcar_key_url: str = setting(
+        "https://www.flatcar.org/security/image-signing-key/Flatcar_Image_Signing_Key.asc",
+        rules.http_url,
+    )
+    check_inputs: bool = setting(True)
+    """HEAD the inputs before launching (targets wait instead of failing)."""
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """The lifecycle's numbers; their defaults are ``LifecycleRules``'s."""
+
+    max_concurrent_builds: int = setting(
+        LifecycleRules.max_concurrent_builds, rules.between(1, 100)
+    )
+    max_attempts: int = setting(LifecycleRules.max_attempts, rules.between(1, 20))
+    retry_base: timedelta = setting(
+        LifecycleRules.retry_base, Seconds(1, 86400), key="retry_base_seconds"
+    )
+    retry_cap: timedelta = setting(
+        LifecycleRules.retry_cap, Seconds(1, 7 * 86400), key="retry_cap_seconds"
+    )
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    timeout: timedelta = setting(
+        timedelta(seconds=30), Seconds(0, 3600, whole=False), key="timeout_seconds"
+    )
+    retries: int = setting(RetryPolicy.retries, rules.retries)
+    user_agent: str = setting("releasebot", rules.printable(200, empty=False))
+    ca_bundle: str = setting("")
+    """Path to a PEM bundle for feeds behind a TLS-intercepting proxy; empty = system store."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``releasebot run``: the scheduler, leader election and the HTTP endpoints."""
+
+    interval: timedelta = setting(timedelta(minutes=5), Seconds(1, 86400), key="interval_seconds")
+    jitter: timedelta = setting(timedelta(seconds=30), Seconds(0, 3600), key="jitter_seconds")
+    listen: str = setting("0.0.0.0:8080", rules.listen)
+    """``host:port`` of the one HTTP server (probes, metrics, Slack commands)."""
+    lease_name: str = setting("releasebot-leader", rules.kaniko_rule(kaniko.check_dns_label))
+    lease: timedelta = setting(timedelta(seconds=30), Seconds(2, 600), key="lease_seconds")
+    identity: str = setting("", rules.printable(128, empty=True))
+    """This replica's name in the Lease; empty: ``$POD_NAME``, else the host name."""
+    leader_election: str = setting("kubernetes", rules.one_of("kubernetes", "none"))
+    log_format: str = setting("auto", rules.one_of("auto", "json", "text"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    flatcar: FlatcarSettings = field(default_factory=FlatcarSettings)
+    nvidia: NvidiaSettings = field(default_factory=NvidiaSettings)
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    kaniko: KanikoSettings = field(default_factory=KanikoSettings)
+    build: BuildSettings = field(default_factory=BuildSettings)
+    slack: SlackSettings = field(default_factory=SlackSettings)
+    recipe: RecipeSettings = field(default_factory=RecipeSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    def policy(self) -> Policy:
+        return Policy(
+            flatcar=FlatcarPolicy(
+                channels=self.flatcar.channels,
+                arches=frozenset(Arch(arch) for arch in self.flatcar.arches),
+                keep=self.flatcar.keep,
+            ),
+            drivers=DriverPolicy(
+                branches=frozenset(self.nvidia.branches),
+                branch_types=frozenset(self.nvidia.branch_types),
+                keep=self.nvidia.keep,
+            ),
+        )
+
+    def flatcar_feed_url(self, channel: str) -> str:
+        return self.flatcar.feed_url.replace("{channel}", channel)
+
+    def kaniko_options(self) -> KanikoOptions:
+        """How every build Job is shaped; ``ConfigError`` naming the key of a rule broken
+        rules.between fields (a request above its limit, a sub-path without a git context)."""
+        shape, registry = self.kaniko, self.registry
+        try:
+            return KanikoOptions(
+                namespace=self.kubernetes.namespace,
+                registry_repository=registry.repository,
+                registry_secret=shape.registry_secret,
+                context=shape.context or None,
+                context_sub_path=shape.context_sub_path or None,
+                context_configmap=None if shape.context else shape.context_configmap,
+                dockerfile=shape.dockerfile,
+                executor_image=shape.executor_image,
+                memory_request=shape.memory_request,
+                memory_limit=shape.memory_limit,
+                ephemeral_storage_request=shape.ephemeral_storage_request,
+                ephemeral_storage_limit=shape.ephemeral_storage_limit,
+                cpu_request=shape.cpu_request,
+                active_deadline=shape.active_deadline,
+                ttl_after_finished=shape.ttl_after_finished,
+                push_retry=shape.push_retry,
+                insecure_registry=registry.insecure,
+                skip_tls_verify=not registry.tls_verify,
+                registry_ca_configmap=registry.ca_configmap or None,
+                user_namespace=shape.user_namespace,
+            )
+        except InvalidOptionError as error:
+            raise ConfigError(_KANIKO_KEYS.get(error.field, "kaniko"), error.problem) from None
+
+    def lifecycle_rules(self) -> LifecycleRules:
+        build = self.build
+        return LifecycleRules(
+            max_concurrent_builds=build.max_concurrent_builds,
+            max_attempts=build.max_attempts,
+            retry_base=build.retry_base,
+            retry_cap=build.retry_cap,
+        )
+
+
+SECTIONS: dict[str, type[Any]] = {
+    "database": DatabaseSettings,
+    "flatcar": FlatcarSettings,
+    "nvidia": NvidiaSettings,
+    "registry": RegistrySettings,
+    "http": HttpSettings,
+    "kubernetes": KubernetesSettings,
+    "kaniko": KanikoSettings,
+    "build": BuildSettings,
+    "slack": SlackSettings,
+    "recipe": RecipeSettings,
+    "run": RunSettings,
+}
+
+
+def _key(section: type[Any], name: str) -> str:
+    """The key a user writes for ``section``'s field ``name``."""
+    found = next(f for f in fields(section) if f.name == name)
+    return str(found.metadata.get("key") or name)
+
+
+_KANIKO_KEYS = {
+    "namespace": "kubernetes.namespace",
+    "registry_repository": "registry.repository",
+    "registry_ca_configmap": "registry.ca_configmap",
+    "insecure_registry": "registry.insecure",
+    "skip_tls_verify": "registry.tls_verify",
+    **{
+        f.name: f"kaniko.{_key(KanikoSettings, f.name)}"
+        for f in fields(KanikoSettings)
+        if f.name in {o.name for o in fields(KanikoOptions)}
+    },
+}
+"""The setting behind each ``KanikoOptions`` field, to name it in an error."""
