@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
+from itertools import pairwise
 
 from releasebot.domain.errors import InvalidTagError
 from releasebot.domain.versions import (
@@ -127,10 +128,13 @@ class Target:
     def __post_init__(self) -> None:
         if not is_oci_tag(self.tag):
             raise InvalidTagError(f"{self.tag!r} is not a valid OCI tag")
-        arches = sorted_arches(frozenset(self.arches))
+        arches = self.arches
+        # The store hands them over sorted already: check that cheaply, sort otherwise.
+        if type(arches) is not tuple or any(a >= b for a, b in pairwise(arches)):
+            arches = sorted_arches(frozenset(arches))
+            object.__setattr__(self, "arches", arches)
         if not arches:
             raise ValueError(f"target {self.tag} has no arch")
-        object.__setattr__(self, "arches", arches)
 
     @classmethod
     def of(cls, driver: DriverRelease, flatcar: FlatcarRelease, arches: frozenset[Arch]) -> Target:

@@ -20,6 +20,7 @@ from releasebot.domain.models import (
     FlatcarRelease,
     Target,
     TargetRecord,
+    TargetState,
     Validators,
 )
 from releasebot.domain.readiness import Readiness
@@ -121,7 +122,10 @@ class StateStore(Protocol):
         with ``required=False``. A plan identical to the stored one writes nothing.
         """
 
-    def targets(self, *, required_only: bool = True) -> list[TargetRecord]: ...
+    def targets(
+        self, *, required_only: bool = True, state: TargetState | None = None
+    ) -> list[TargetRecord]:
+        """The targets by tag; only the required ones, and only those in ``state`` if given."""
 
     def target(self, tag: str) -> TargetRecord | None: ...
 

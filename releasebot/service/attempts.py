@@ -218,9 +218,8 @@ class Attempts:
                 self._create_job(build, request, report)
             else:
                 self._observe(record.target, build, report)
-        for record in self._store.targets(required_only=False):
-            if record.state is TargetState.BUILDING:
-                self.settle(record, report)
+        for record in self._store.targets(required_only=False, state=TargetState.BUILDING):
+            self.settle(record, report)
 
     def _observe(self, target: Target, build: BuildRecord, report: CycleReport) -> None:
         try:

@@ -20,6 +20,7 @@ from releasebot.domain.models import (
     FlatcarRelease,
     Target,
     TargetRecord,
+    TargetState,
     Validators,
 )
 from releasebot.domain.ports import StateStore
@@ -87,8 +88,10 @@ class DryRunStore:
         self._planned = {record.tag: record for record in result}
         return result
 
-    def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
-        return self._inner.targets(required_only=required_only)
+    def targets(
+        self, *, required_only: bool = True, state: TargetState | None = None
+    ) -> list[TargetRecord]:
+        return self._inner.targets(required_only=required_only, state=state)
 
     def target(self, tag: str) -> TargetRecord | None:
         return self._inner.target(tag) or self._planned.get(tag)

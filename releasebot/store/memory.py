@@ -28,6 +28,7 @@ from releasebot.domain.models import (
     FlatcarRelease,
     Target,
     TargetRecord,
+    TargetState,
     Validators,
 )
 from releasebot.domain.targets import diff_targets, requested_target
@@ -169,12 +170,15 @@ class MemoryStateStore:
                 self._targets[record.tag] = record
             return list(diff.result)
 
-    def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
+    def targets(
+        self, *, required_only: bool = True, state: TargetState | None = None
+    ) -> list[TargetRecord]:
         with self._lock:
             return [
-                self._targets[tag]
+                record
                 for tag in sorted(self._targets)
-                if self._targets[tag].required or not required_only
+                if ((record := self._targets[tag]).required or not required_only)
+                and (state is None or record.state is state)
             ]
 
     def target(self, tag: str) -> TargetRecord | None:

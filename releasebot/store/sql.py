@@ -159,10 +159,14 @@ class SqlStateStore:
             _update(conn, targets, ("tag",), [_target_values(record) for record in diff.updates])
         return list(diff.result)
 
-    def targets(self, *, required_only: bool = True) -> list[TargetRecord]:
+    def targets(
+        self, *, required_only: bool = True, state: TargetState | None = None
+    ) -> list[TargetRecord]:
         query = select(targets)
         if required_only:
             query = query.where(targets.c.required.is_(True))
+        if state is not None:
+            query = query.where(targets.c.state == state.value)
         with self._transaction() as conn:
             records = [_target_record(row) for row in conn.execute(query)]
         return sorted(records, key=lambda record: record.tag)

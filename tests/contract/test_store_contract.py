@@ -310,6 +310,17 @@ def test_targets_that_drop_out_are_kept_as_not_required(store: StateStore) -> No
     assert [r.tag for r in store.targets()] == [old.tag]
 
 
+def test_targets_are_listed_by_state_when_asked(store: StateStore) -> None:
+    first, second = plan(driver(), flatcar("4459.2.1")), plan(driver(), flatcar("4593.2.5"))
+    records = store.sync_targets([first, second], T0)
+    store.save(targets=[replace(records[1], state=TargetState.BUILDING, attempts=1)])
+    store.sync_targets([first], T0 + timedelta(hours=1))  # the building one drops out
+    assert store.targets(state=TargetState.BUILDING) == []
+    [building] = store.targets(required_only=False, state=TargetState.BUILDING)
+    assert (building.tag, building.state) == (second.tag, TargetState.BUILDING)
+    assert [r.tag for r in store.targets(state=TargetState.UNKNOWN)] == [first.tag]
+
+
 def test_a_plan_naming_a_tag_twice_is_refused(store: StateStore) -> None:
     target = plan(driver(), flatcar())
     with pytest.raises(ValueError, match="twice"):
