@@ -40,12 +40,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import LeaderElector, StateStore
-from releasebot.service.metrics import ServiceMetrics
-from releasebot.service.reconcile import CycleReport
+
+if TYPE_CHECKING:  # prometheus_client only for the process that runs the scheduler
+    from releasebot.service.metrics import ServiceMetrics
+    from releasebot.service.report import CycleReport
 
 log = logging.getLogger("releasebot.runner")
 

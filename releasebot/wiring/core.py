@@ -21,7 +21,6 @@ from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.domain.errors import ConfigError
 from releasebot.domain.ports import JobLauncher, Registry, StateStore
-from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService
 from releasebot.sources.artifacts import HttpArtifactSource
@@ -250,6 +249,8 @@ def reconcile_service(
 
 def demo_registry(settings: Settings) -> Registry:
     """An empty in-memory registry for ``settings``' repository: every target is missing."""
+    from releasebot.registry.memory import MemoryRegistry
+
     return MemoryRegistry(settings.registry.repository)
 
 
