@@ -30,7 +30,7 @@ functions (and build ``KanikoOptions`` once at load for the rules between fields
 bad setting is reported against its key before any Job exists.
 
 Deliberately not here: talking to a cluster (``kubernetes.py``), choosing what to build
-(``domain.policy``), reading settings files (``config.py`` builds ``KanikoOptions``).
+(``domain.policy``), reading settings files (``releasebot.config`` builds ``KanikoOptions``).
 """
 
 from __future__ import annotations
