@@ -284,7 +284,7 @@ class Attempts:
             return lifecycle.index_refused(publish, str(error), now=now, rules=self._options)
         return lifecycle.published(publish, digest, now=now, rules=self._options)
 
-    # -- helpers -------------------------------------------------------------------------
+    # -- saving and cleaning up ----------------------------------------------------------
 
     def _save(self, change: Change, report: CycleReport) -> None:
         """A transition in one transaction (the record and its event), then reported."""

@@ -1,6 +1,7 @@
 """What the tests stand on, shared by every test package: fake servers over real HTTP
 (Kubernetes API, Slack Web API and Socket Mode, feeds), the real OCI registry and
-PostgreSQL helpers, a real ``releasebot`` subprocess, and the build loop's helpers.
+PostgreSQL set-ups, a real ``releasebot`` subprocess, the build loop's clock and Kaniko
+stand-in, and targets made in one line.
 
 Nothing in here is a test; the registry and Kubernetes fixtures are pytest plugins
 (``pytest_plugins`` in ``tests/conftest.py``).

@@ -1,4 +1,4 @@
-"""The helpers every adapter shares (``releasebot.edge``): one-line third-party text, the
+"""What every adapter shares (``releasebot.edge``): one-line third-party text, the
 ``Retry-After`` header, and the one bounded-retry policy with its loop (pauses recorded,
 never slept; the deadline played with a fake of ``time.monotonic``).
 """
