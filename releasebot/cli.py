@@ -263,7 +263,7 @@ def _deliver(settings: Settings, service: ReconcileService) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from releasebot.wiring import run_service
+    from releasebot.wiring.run import run_service
 
     return run_service(_load(args), log_format=args.log_format, quiet=args.quiet)
 

@@ -10,7 +10,8 @@ wiring has no cycle):
   cycle guard as one process shares it, and the replica's name;
 - ``core``: the stores, feeds, registry, cluster launcher and the reconcile service.
 
-The CLI imports from here; nothing here connects at import time.
+The CLI imports from here (and ``releasebot run`` from ``wiring.run``, which only that
+command loads); nothing here connects at import time.
 """
 
 from releasebot.wiring.core import (
@@ -26,7 +27,6 @@ from releasebot.wiring.core import (
     utc_now,
 )
 from releasebot.wiring.guard import guarded, run_identity
-from releasebot.wiring.run import run_service
 
 __all__ = [
     "db_current",
@@ -40,6 +40,5 @@ __all__ = [
     "recipe_manifest",
     "reconcile_service",
     "run_identity",
-    "run_service",
     "utc_now",
 ]
