@@ -4,8 +4,8 @@
 the facts the service fetched (the target's record, its builds, what the registry or the
 inputs' servers said, the time) and returns a typed decision: the record as it becomes,
 what to log (a ``Decision``, its ``Action``: ``domain.decisions``) and what to tell (an
-``Event``, its payload ``events.build_event``'s). The service only
-fetches facts, saves decisions (one transaction each) and keeps the order. The cycle,
+``Event``, its payload ``events.build_event``'s). The service only fetches facts, saves
+decisions (one transaction each) and keeps the order. The cycle,
 ``/releasebot plan`` and ``missing``, the CLI and the metrics ask these same functions, so
 they cannot disagree::
 
