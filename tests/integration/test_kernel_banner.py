@@ -5,7 +5,10 @@ the release's own "Linux version ..." banner out of its vmlinuz. These tests bui
 kernel images the way real ones are laid out (a decompressor stub with random bytes, then
 an xz, gzip or zstd payload holding the banner, then trailing bytes; or an uncompressed
 arm64-style Image) and check that the banner comes out byte for byte, that the release
-filter picks the right one, and that an image without the banner fails (exit 1).
+filter picks the right one, and that an image without the banner fails (exit 1). Every
+kernel from 6.1 on holds two banners, the provisional ``__weak`` one (``# SMP``, no build
+number) linked first and the real one (``#1 SMP``) that ``/proc/version`` shows: the real
+one must win, and distinct real candidates must be refused, each named.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from tests.support.tools import missing_tool
 
 SCRIPT = Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "kernel-banner"
 RELEASE = "6.12.102-flatcar"
-BANNER = (
+BUILDER = (
     f"Linux version {RELEASE} (build@pony-truck.infra.kinvolk.io) "
     "(x86_64-cros-linux-gnu-gcc (Gentoo Hardened 14.3.0 p8) 14.3.0, GNU ld (Gentoo 2.44 p1) "
-    "2.44.0) #1 SMP PREEMPT_DYNAMIC Tue Aug 12 19:58:16 -00 2026"
+    "2.44.0)"
 )
+BANNER = f"{BUILDER} #1 SMP PREEMPT_DYNAMIC Tue Aug 12 19:58:16 -00 2026"
+PROVISIONAL = f"{BUILDER} # SMP PREEMPT_DYNAMIC Tue Aug 12 19:58:16 -00 2026"
+"""The __weak banner of init/version.c: no build number after the '#'."""
 MAGICS = (b"\xfd7zXZ\x00", b"\x1f\x8b\x08", b"\x28\xb5\x2f\xfd")
 
 
@@ -102,7 +108,43 @@ def test_the_release_filter_skips_other_banners(tmp_path: Path) -> None:
     image = tmp_path / "vmlinuz"
     image.write_bytes(bzimage(lzma.compress(kernel(other, BANNER), format=lzma.FORMAT_XZ)))
     assert run(image, RELEASE).stdout == BANNER + "\n"
-    assert run(image).stdout == other + "\n"
+
+
+@pytest.mark.parametrize("release", [RELEASE, ""])
+def test_the_real_banner_wins_over_the_provisional_one(tmp_path: Path, release: str) -> None:
+    # The layout of every 6.1+ kernel: the __weak banner is linked first.
+    image = tmp_path / "vmlinuz"
+    image.write_bytes(bzimage(lzma.compress(kernel(PROVISIONAL, BANNER), format=lzma.FORMAT_XZ)))
+    result = run(image, *([release] if release else []))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == BANNER + "\n"
+
+
+def test_the_same_real_banner_twice_is_one_banner(tmp_path: Path) -> None:
+    image = tmp_path / "Image"
+    image.write_bytes(kernel(BANNER, PROVISIONAL, BANNER))
+    assert run(image, RELEASE).stdout == BANNER + "\n"
+
+
+def test_distinct_real_banners_are_refused_and_named(tmp_path: Path) -> None:
+    rebuilt = BANNER.replace("#1 SMP", "#2 SMP")
+    image = tmp_path / "vmlinuz"
+    image.write_bytes(bzimage(gzip.compress(kernel(PROVISIONAL, BANNER, rebuilt))))
+    result = run(image, RELEASE)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "2 different kernel banners; refusing to guess" in result.stderr
+    assert f"  {BANNER}\n" in result.stderr
+    assert f"  {rebuilt}\n" in result.stderr
+    assert PROVISIONAL not in result.stderr
+
+
+def test_only_a_provisional_banner_is_no_banner(tmp_path: Path) -> None:
+    image = tmp_path / "vmlinuz"
+    image.write_bytes(bzimage(gzip.compress(kernel(PROVISIONAL))))
+    result = run(image, RELEASE)
+    assert result.returncode == 1
+    assert f'no "Linux version {RELEASE}" banner' in result.stderr
 
 
 def test_no_banner_for_the_release_fails(tmp_path: Path) -> None:
