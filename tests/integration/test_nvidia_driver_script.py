@@ -16,7 +16,11 @@ wait (exit 0, modules unloaded, root unmounted, within a bounded wait), Flatcar 
 kernel and kernel-build mismatches (clear message, nothing loaded), a node that is not
 Flatcar, the quoted ``VERSION_ID="4628.0.0"`` form, a missing or corrupt package, a firmware
 path already set, extra arguments, the module type choice, a failed modprobe (what was
-loaded is unloaded again), the lock, and the RDMA peermem probe and reload commands.
+loaded is unloaded again), the lock, and the RDMA peermem probe and reload commands. Also:
+a linked module without the running kernel's vermagic is refused before anything is
+loaded; a driver in use is refused with ONE message; a sleeper killed from outside is
+replaced (the wait does not spin a CPU); an image built with one flavour only
+(``MODULE_TYPES``) serves ``auto`` with it and refuses the other.
 """
 
 from __future__ import annotations
@@ -67,15 +71,20 @@ case "$action" in
          fi
          echo "kernel interface doesn't match."; exit 0 ;;
 --unpack) for f in nv-linux.o nv-modeset-linux.o nvidia-uvm.ko nvidia-peermem.ko; do
-              echo "$f" >"$out/$f"; done; exit 0 ;;
+              printf '%s\nvermagic=%s\n' "$f" "${FAKE_VERMAGIC-${FAKE_UNAME_R} SMP mod_unload}" \
+                  >"$out/$f"; done; exit 0 ;;
 esac
 exit 2
 """,
+    # The linked module carries the interface's vermagic line, as ld -r keeps .modinfo.
     "ld": RECORD
-    + """while [ $# -gt 0 ]; do
-    if [ "$1" = -o ]; then echo "linked by fake ld" >"$2"; shift; fi; shift
+    + """out=""; inputs=""
+while [ $# -gt 0 ]; do
+    case "$1" in -o) out=$2; shift ;; -*) ;; *) inputs="$inputs $1" ;; esac; shift
 done
+{ echo "linked by fake ld"; cat $inputs | grep '^vermagic=' | head -n 1; } >"$out"
 """,
+    "modinfo": RECORD + 'sed -n "s/^vermagic=//p" "$3"\n',
     "depmod": RECORD,
     "modprobe": RECORD
     + """while [ $# -gt 0 ]; do
@@ -360,6 +369,96 @@ def test_proprietary_modules_when_asked(node: Node, start: Callable[..., Running
     assert node.calls("ld")[0][-1] == str(node.driver_root / "kernel/nvidia/nv-kernel.o_binary")
     assert node.calls("mkprecompiled")[0][2] == str(node.package("kernel"))
     assert running.terminate() == 0
+
+
+def test_a_driver_in_use_is_refused_once_and_left_alone(node: Node) -> None:
+    for module in ("nvidia", "nvidia_uvm"):
+        (node.sysfs / module).mkdir()
+        (node.sysfs / module / "refcnt").write_text("3\n" if module == "nvidia" else "0\n")
+    result = run(node, "init")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert output.count("Could not unload NVIDIA driver kernel modules") == 1, output
+    assert "a previous NVIDIA driver is loaded and in use" in result.stderr
+    assert node.calls("rmmod") == []
+    assert node.loaded() == {"nvidia", "nvidia_uvm"}
+
+
+def test_a_module_without_the_kernels_vermagic_is_refused(node: Node) -> None:
+    # What the 6.11+ kernels did to NVIDIA's %-linux.o rule: an interface without vermagic.
+    result = run(node, "init", FAKE_VERMAGIC="")
+    assert result.returncode != 0
+    assert f".ko has vermagic '', not the running kernel's {KERNEL}" in result.stderr
+    assert node.calls("modprobe") == []
+    assert node.calls("depmod") == []
+
+
+def test_a_module_for_another_kernel_is_refused(node: Node) -> None:
+    result = run(node, "init", FAKE_VERMAGIC="6.12.101-flatcar SMP mod_unload")
+    assert result.returncode != 0
+    assert "has vermagic '6.12.101-flatcar SMP mod_unload'" in result.stderr
+    assert node.calls("modprobe") == []
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sleepers(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children if "sleep" in Path(f"/proc/{child}/comm").read_text()]
+
+
+def wait_for_sleeper(pid: int, other_than: int | None = None) -> int:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        found = [child for child in sleepers(pid) if child != other_than]
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    pytest.fail(f"no new sleeper under {pid} within {WAIT_SECONDS}s")
+
+
+def test_a_killed_sleeper_is_replaced_and_the_wait_does_not_spin(
+    node: Node, start: Callable[..., Running]
+) -> None:
+    running = start()
+    running.wait_for(READY)
+    pid = running.process.pid
+    first = wait_for_sleeper(pid)
+    os.kill(first, signal.SIGKILL)
+    wait_for_sleeper(pid, other_than=first)
+    # A spinning `wait` burns all the CPU it is given; a waiting shell next to none. Under
+    # load a spinner may get less, never a waiter more: the bound cannot fail a waiter.
+    before = cpu_seconds(pid)
+    time.sleep(1.0)
+    assert cpu_seconds(pid) - before < 0.3
+    assert running.terminate() == 0
+
+
+@pytest.mark.parametrize(
+    ("built", "asked", "linked"),
+    [("proprietary", "auto", "kernel"), ("open", "auto", "kernel-open")],
+)
+def test_an_image_with_one_flavour_serves_auto_with_it(
+    node: Node, start: Callable[..., Running], built: str, asked: str, linked: str
+) -> None:
+    info = node.driver_root / "build-info"
+    info.write_text(info.read_text() + f"MODULE_TYPES={built}\n")
+    running = start(KERNEL_MODULE_TYPE=asked)
+    running.wait_for(READY)
+    assert node.calls("ld")[0][-1] == str(node.driver_root / f"{linked}/nvidia/nv-kernel.o_binary")
+    assert running.terminate() == 0
+
+
+def test_an_image_with_one_flavour_refuses_the_other(node: Node) -> None:
+    info = node.driver_root / "build-info"
+    info.write_text(info.read_text() + "MODULE_TYPES=proprietary\n")
+    result = run(node, "init", KERNEL_MODULE_TYPE="open")
+    assert result.returncode != 0
+    assert "built with MODULE_TYPES=proprietary and holds no open kernel modules" in result.stderr
+    assert_nothing_touched(node)
 
 
 def test_an_old_instance_is_unloaded_before_loading(
