@@ -9,8 +9,11 @@ the tarball's loader (and still runs), scripts and static files are left alone; 
 is read from the vmlinuz; a tarball without the kernel's tree, a tree without
 ``Module.symvers`` and a vmlinuz without the banner stop the build with a message. And
 ``build-modules gcc-major``: the compiler major from ``CONFIG_GCC_VERSION``, refusing
-clang-built kernels and configs without it. Compiling against a real Flatcar tree needs
-the real artefacts and is part of the on-node validation in docs/recipe.md.
+clang-built kernels and configs without it. Only the tools kbuild runs for an external
+module (fixdep, modpost, objtool, genksyms, recordmcount) must resolve with the tarball's
+loader: one of them that does not stops the build with its name, any other tool that does
+not (sign-file, needing a library the tarball lacks) is left as it was with a warning.
+``build`` is covered by ``test_build_modules_build.py``, the real compile by ``tests/recipe``.
 """
 
 from __future__ import annotations
@@ -56,17 +59,46 @@ def host_loader_and_libc() -> tuple[Path, Path]:
     return Path(os.path.realpath(interp)), Path(libc)
 
 
-def make_tarball(path: Path, *, kv: str = KV, symvers: bool = True) -> str:
-    """A container tarball; returns the loader's name under /usr/lib64."""
+def needing_a_missing_library(work: Path) -> bytes:
+    """/usr/bin/true, asking for a library no tarball has (as sign-file asks libcrypto)."""
+    work.mkdir(parents=True, exist_ok=True)
+    tool = work / "needy"
+    shutil.copy("/usr/bin/true", tool)
+    subprocess.run(
+        ["patchelf", "--add-needed", "libreleasebot-absent.so.9", str(tool)], check=True
+    )
+    return tool.read_bytes()
+
+
+def make_tarball(
+    path: Path,
+    *,
+    kv: str = KV,
+    symvers: bool = True,
+    needy: tuple[str, ...] = (),
+    without: tuple[str, ...] = (),
+) -> str:
+    """A container tarball; returns the loader's name under /usr/lib64. ``needy`` tools
+    want a library the tarball lacks; ``without`` tools are left out."""
     require("patchelf")
     loader, libc = host_loader_and_libc()
     true = Path("/usr/bin/true").read_bytes()
+    lacking = needing_a_missing_library(path.parent / "needy") if needy else b""
     build = f"./usr/lib/modules/{kv}/build"
+    tools = {
+        "scripts/basic/fixdep": true,
+        "scripts/mod/modpost": true,
+        "tools/objtool/objtool": true,
+        "scripts/sign-file": true,
+    }
     entries: list[tuple[str, bytes, int]] = [
         (f"{build}/Makefile", b"# kernel Makefile\n", 0o644),
         (f"{build}/.config", CONFIG.encode(), 0o644),
-        (f"{build}/scripts/basic/fixdep", true, 0o755),
-        (f"{build}/tools/objtool/objtool", true, 0o755),
+        *(
+            (f"{build}/{name}", lacking if name in needy else data, 0o755)
+            for name, data in tools.items()
+            if name not in without
+        ),
         (f"{build}/scripts/checkstack.pl", b"#!/usr/bin/perl\n", 0o755),
         (f"./usr/lib/modules/{kv}/kernel/drivers/i2c/i2c-core.ko.xz", b"xz", 0o644),
         (f"./usr/lib64/{loader.name}", loader.read_bytes(), 0o755),
@@ -148,7 +180,41 @@ def test_prepare_extracts_relocates_and_reads_the_banner(tmp_path: Path) -> None
         assert rpath.startswith(f"{flatcar}/usr/lib64:")
         assert subprocess.run([str(tool)], check=False, timeout=30).returncode == 0
     assert (tree / "scripts/checkstack.pl").read_bytes() == b"#!/usr/bin/perl\n"
-    assert "host tools relocated to Flatcar's loader: 2" in result.stderr
+    assert "host tools relocated to Flatcar's loader: 4\n" in result.stderr
+
+
+def test_a_tool_kbuild_does_not_run_may_lack_libraries(tmp_path: Path) -> None:
+    tarball = tmp_path / "flatcar-container.tar.gz"
+    make_tarball(tarball, needy=("scripts/sign-file",))
+    result = prepare(tmp_path, tarball, vmlinuz(tmp_path / "vmlinuz"))
+    assert result.returncode == 0, result.stderr
+    assert "warning: scripts/sign-file lacks libraries: libreleasebot-absent.so.9" in result.stderr
+    assert "host tools relocated to Flatcar's loader: 3 (1 others left alone)" in result.stderr
+    tree = tmp_path / "modules" / KV / "build"
+    interp = subprocess.run(
+        ["patchelf", "--print-interpreter", str(tree / "scripts/sign-file")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert not interp.startswith(str(tmp_path))  # put back as it was
+
+
+@pytest.mark.parametrize("tool", ["scripts/mod/modpost", "tools/objtool/objtool"])
+def test_a_tool_kbuild_runs_must_resolve(tmp_path: Path, tool: str) -> None:
+    tarball = tmp_path / "flatcar-container.tar.gz"
+    make_tarball(tarball, needy=(tool,))
+    result = prepare(tmp_path, tarball, vmlinuz(tmp_path / "vmlinuz"))
+    assert result.returncode == 1
+    assert f"ERROR: {tool} lacks libraries: libreleasebot-absent.so.9" in result.stderr
+
+
+def test_a_tree_without_modpost_stops_the_build(tmp_path: Path) -> None:
+    tarball = tmp_path / "flatcar-container.tar.gz"
+    make_tarball(tarball, without=("scripts/mod/modpost",))
+    result = prepare(tmp_path, tarball, vmlinuz(tmp_path / "vmlinuz"))
+    assert result.returncode == 1
+    assert "the build tree has no scripts/.../modpost" in result.stderr
 
 
 def test_a_tarball_without_the_kernel_tree_stops_the_build(tmp_path: Path) -> None:
