@@ -191,6 +191,11 @@ class RecipeSettings:
     )
     check_inputs: bool = setting(True)
     """HEAD the inputs before launching (targets wait instead of failing)."""
+    module_types: str = setting("both", rules.one_of("proprietary", "open", "both"))
+    """Kernel module flavours the recipe builds (``MODULE_TYPES``): ``proprietary``,
+    ``open`` or ``both``. Both by default, so a node can pick either at start
+    (``KERNEL_MODULE_TYPE``); one alone keeps a flavour that does not compile for a kernel
+    from failing the other's image."""
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,7 @@ def recipe_args(settings: Settings) -> tuple[tuple[str, str], ...]:
         ("NVIDIA_BASE_URL", recipe.nvidia_base_url),
         ("FLATCAR_KEY_FINGERPRINT", recipe.flatcar_key_fingerprint),
         ("FLATCAR_KEY_URL", recipe.flatcar_key_url),
+        ("MODULE_TYPES", recipe.module_types),
     )
     if settings.kaniko.context:  # a git recipe of the operator's own: its revision is its commit
         return args

@@ -64,9 +64,7 @@ def needing_a_missing_library(work: Path) -> bytes:
     work.mkdir(parents=True, exist_ok=True)
     tool = work / "needy"
     shutil.copy("/usr/bin/true", tool)
-    subprocess.run(
-        ["patchelf", "--add-needed", "libreleasebot-absent.so.9", str(tool)], check=True
-    )
+    subprocess.run(["patchelf", "--add-needed", "libreleasebot-absent.so.9", str(tool)], check=True)
     return tool.read_bytes()
 
 

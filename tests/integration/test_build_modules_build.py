@@ -43,7 +43,8 @@ MAKEFILE = """\
 # What NVIDIA's Makefile leaves after `make nv-linux.o nv-modeset-linux.o` on 6.11+.
 nv-linux.o nv-modeset-linux.o: built
 built:
-\t@if [ -e FAIL ]; then echo "nvidia/nv-pci.c:237:9: error: too few arguments to function 'pci_resize_resource'" >&2; exit 2; fi
+\t@if [ -e FAIL ]; then echo "nvidia/nv-pci.c:237:9: error: too few arguments to \
+function 'pci_resize_resource'" >&2; exit 2; fi
 \t$(CC) -c -o .module-common.o module-common.c
 \t$(CC) -c -o nv-linux.o interface.c
 \t$(CC) -c -o nv-modeset-linux.o interface.c
@@ -203,9 +204,11 @@ def make_inputs(
     flatcar_root.mkdir()
     (flatcar_root / "banner").write_text(BANNER + "\n")
     config = root / "kernel_config.txt"
-    major = subprocess.run(
-        ["gcc", "-dumpversion"], capture_output=True, text=True, check=True
-    ).stdout.strip().split(".")[0]
+    major = (
+        subprocess.run(["gcc", "-dumpversion"], capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .split(".")[0]
+    )
     require(f"gcc-{major}")
     config.write_text(f"CONFIG_GCC_VERSION={int(major) * 10000 + 200}\n")
     return Inputs(root, runfile, modules_dir, flatcar_root, config, root / "out")

@@ -134,6 +134,7 @@ def test_config_path_from_the_environment(tmp_path: Path) -> None:
         ('[kubernetes]\nnamespace = "Bad_NS"\n', "kubernetes.namespace", "Kubernetes name"),
         ('[registry]\npassword = "x"\n', "registry.username", "needed"),
         ('[http]\nca_bundle = "/nonexistent/ca.pem"\n', "http.ca_bundle", "not found"),
+        ('[recipe]\nmodule_types = "all"\n', "recipe.module_types", "proprietary, open, both"),
         ("flatcar = 1\n", "flatcar", "[table]"),
         ("[flatcar\n", "--config", "not valid TOML"),
     ],

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from dockerfile_parse import DockerfileParser
 
+from releasebot.builders.kaniko import render_job
 from releasebot.config import load_settings
 from releasebot.domain.builds import (
     BUILD_ARG_NAMES,
@@ -34,8 +35,11 @@ from releasebot.domain.builds import (
     FLATCAR_LABEL,
     KERNEL_LABEL,
     LABEL_PREFIX,
+    build_request,
 )
+from releasebot.domain.versions import Arch
 from releasebot.wiring.core import recipe_args
+from tests.support.targets import make_target
 from tests.support.tools import missing_tool
 
 RECIPE = Path(__file__).resolve().parents[2] / "releasebot" / "recipe"
@@ -130,6 +134,19 @@ def test_every_extra_arg_the_bot_passes_is_declared_with_the_same_default() -> N
             assert builder[name] == value, f"{name}: the recipe's default differs from the bot's"
 
 
+@pytest.mark.parametrize("module_types", ["proprietary", "open", "both"])
+def test_the_module_types_setting_reaches_the_build_job(tmp_path: Path, module_types: str) -> None:
+    config = tmp_path / "releasebot.toml"
+    config.write_text(f'[recipe]\nmodule_types = "{module_types}"\n')
+    settings = load_settings(config, environ={})
+    target = make_target(driver="550.163.01", flatcar="4593.2.5", kernel="6.12.102")
+    request = build_request(target, Arch.AMD64, 1, recipe_args(settings))
+    job = render_job(request, settings.kaniko_options())
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--build-arg=MODULE_TYPES={module_types}" in args
+    assert "MODULE_TYPES" in STAGES[0].used
+
+
 def test_every_arg_without_a_default_is_one_the_bot_passes() -> None:
     for scope, args in [("global", GLOBAL_ARGS), *((s.name, s.args) for s in STAGES)]:
         for name, default in args.items():
@@ -210,3 +227,55 @@ def test_every_script_is_shellcheck_clean(script: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout
+
+
+VENDOR = Path(
+    os.environ.get("SHARED_VENDOR", Path(__file__).resolve().parents[3] / "shared" / "vendor")
+)
+INSTALLER = VENDOR / "nvidia-installer-535.113.01"
+
+
+def installer_options() -> set[str]:
+    """Every option nvidia-installer 535 accepts, from its own option table."""
+    table = INSTALLER / "option_table.h"
+    if not table.is_file():
+        missing_tool(f"NVIDIA's nvidia-installer sources not found at {INSTALLER}")
+    options: set[str] = set()
+    for name, flags in re.findall(
+        r'^\s*\{\s*"([a-z0-9-]+)",\s*[^,]+,\s*([^,]+),', table.read_text(), re.MULTILINE
+    ):
+        options.add(name)
+        if "NVGETOPT_IS_BOOLEAN" in flags:  # nvgetopt accepts --no-<name> for these
+            options.add(f"no-{name}")
+    return options
+
+
+def runfile_options() -> list[str]:
+    runs = " ".join(value for kind, value in FINAL.instructions if kind == "RUN")
+    call = runs.split('.run" ', 1)[1].split("&&", 1)[0]
+    return [word.split("=", 1)[0][2:] for word in call.split() if word.startswith("--")]
+
+
+def test_the_runfile_is_given_only_options_nvidia_installer_has() -> None:
+    options = installer_options()
+    used = runfile_options()
+    assert "no-kernel-modules" in used
+    assert [option for option in used if option not in options] == []
+
+
+def test_the_comments_tell_the_truth_about_option_spellings() -> None:
+    # A claim "drivers before N spell --a as --b" is wrong when 535 < N already has --a.
+    options = installer_options()
+    comments = " ".join(
+        line.lstrip("# ").strip()
+        for line in DOCKERFILE.read_text().splitlines()
+        if line.lstrip().startswith("#")
+    )
+    for before, spelled, instead in re.findall(
+        r"before ~?(\d+) spell (--[\w-]+) as (--[\w-]+)", comments
+    ):
+        if int(before) > 535:
+            assert spelled[2:] not in options, (
+                f"the Dockerfile says drivers before {before} spell {spelled} as {instead}, "
+                f"but nvidia-installer 535 accepts {spelled}"
+            )
