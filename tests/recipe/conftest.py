@@ -1,0 +1,245 @@
+"""The recipe suite's session: stand-ins, the signed mirror, ONE buildah build, the VM boots.
+
+Every test here carries the ``recipe`` marker (``pytest -m recipe`` runs only this suite,
+``-m "not recipe"`` everything else) and a long timeout: the first test that needs the
+image pays for the build. The parts are session fixtures, each timed; the times are
+printed at the end of the run. Without root or a tool the suite needs, or when Debian's
+archive is unreachable, the suite fails in CI with one line naming what is missing and is
+skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.recipe import buildah, vm
+from tests.recipe.debian import Archive, base_image_tar
+from tests.recipe.mirror import CHANNEL, VERSION, Key, Mirror
+from tests.recipe.node import READY, Init, Node
+from tests.recipe.parts import CACHE, TIMINGS, UnavailableError, run, unavailable
+from tests.recipe.standins import Standins, build_standins
+
+TOOLS = {
+    "apt-get": "apt",
+    "dpkg-deb": "dpkg",
+    "buildah": "buildah",
+    "podman": "podman",
+    "debootstrap": "debootstrap",
+    "qemu-system-x86_64": "qemu-system-x86",
+    "cpio": "cpio",
+    "gpg": "gnupg",
+    "make": "make",
+    "gcc": "gcc",
+    "depmod": "kmod",
+    "busybox": "busybox-static",
+    "chroot": "coreutils",
+}
+NOTES: list[str] = []
+STARTED_AT = time.time()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.recipe)
+            item.add_marker(pytest.mark.timeout(3600))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TIMINGS.parts:
+        terminalreporter.write_sep("-", f"recipe suite: time of each part (cache {CACHE})")
+        for line in [*TIMINGS.lines(), *(f"  {note}" for note in NOTES)]:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def recipe_host() -> None:
+    if os.geteuid() != 0:
+        unavailable("the recipe suite needs root (buildah's chroot isolation, debootstrap)")
+    missing = [package for tool, package in TOOLS.items() if shutil.which(tool) is None]
+    if missing:
+        unavailable(f"the recipe suite needs these packages: {' '.join(sorted(set(missing)))}")
+    if "statically linked" not in run(["file", "-L", vm.BUSYBOX]).stdout:
+        unavailable(f"{vm.BUSYBOX} is not a static busybox (apt-get install busybox-static)")
+
+
+@pytest.fixture(scope="session")
+def archive(recipe_host: None) -> Archive:
+    with TIMINGS.part("apt index (private configuration)"):
+        found = Archive(CACHE / "apt")
+        try:
+            found.update()
+        except UnavailableError as error:
+            unavailable(str(error))
+    return found
+
+
+@pytest.fixture(scope="session")
+def standins(archive: Archive) -> Standins:
+    with TIMINGS.part("stand-ins: downloads and assembly") as notes:
+        cached = any((CACHE / "standins").glob("*/DONE"))
+        try:
+            made = build_standins(archive)
+        except UnavailableError as error:
+            unavailable(str(error))
+        notes.append(f"kernel {made.kernel_version}, NVIDIA {made.driver_version}")
+        if cached and (made.root / "DONE").stat().st_mtime < STARTED_AT:
+            notes.append("cached")
+    NOTES.extend(line for line in made.adaptations.splitlines() if line)
+    return made
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Key, Key]]:
+    base = tmp_path_factory.mktemp("gnupg")
+    made = (Key.make(base / "flatcar", "flatcar"), Key.make(base / "foreign", "mallory"))
+    yield made
+    for key in made:
+        key.close()
+
+
+@pytest.fixture(scope="session")
+def mirror(
+    standins: Standins, keys: tuple[Key, Key], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Mirror]:
+    with TIMINGS.part("signed mirror (DIGESTS, clearsign)"):
+        served = Mirror(tmp_path_factory.mktemp("mirror"), *keys)
+        served.publish(standins.flatcar, standins.runfile, standins.driver_version)
+    with served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def base_image(archive: Archive) -> str:
+    with TIMINGS.part("base image: debootstrap trixie + podman import") as notes:
+        before = list((CACHE / "base").glob("*.tar"))
+        try:
+            name = buildah.base_image(base_image_tar(archive))
+        except UnavailableError as error:
+            unavailable(str(error))
+        if before:
+            notes.append("cached tar")
+    return name
+
+
+@dataclass
+class Image:
+    built: buildah.Built
+    log: str
+    args: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def image(
+    standins: Standins, mirror: Mirror, base_image: str, keys: tuple[Key, Key]
+) -> Iterator[Image]:
+    args = {
+        "DRIVER_VERSION": standins.driver_version,
+        "DRIVER_BRANCH": standins.driver_version.split(".")[0],
+        "FLATCAR_VERSION": VERSION,
+        "FLATCAR_CHANNEL": CHANNEL,
+        "KERNEL_VERSION": standins.kernel_version,
+        "TARGETARCH": "amd64",
+        "FLATCAR_BASE_URL": mirror.flatcar_base_url,
+        "NVIDIA_BASE_URL": mirror.nvidia_base_url,
+        "FLATCAR_KEY_FINGERPRINT": keys[0].fingerprint,
+        "FLATCAR_KEY_URL": mirror.key_url,
+        "BUILDER_IMAGE": base_image,
+        "RUNTIME_IMAGE": base_image,
+        "RECIPE_REVISION": "recipe-suite",
+        "MODULE_TYPES": "both",
+        "BUILD_JOBS": "2",
+    }
+    buildah.remove(None)
+    with TIMINGS.part("buildah build: both stages, both flavours compiled"):
+        log = buildah.build(args, CACHE / "logs" / "buildah-build.log")
+    built = buildah.mount()
+    try:
+        yield Image(built, log, args)
+    finally:
+        buildah.remove(built)
+
+
+@pytest.fixture(scope="session")
+def banner_boot(standins: Standins, tmp_path_factory: pytest.TempPathFactory) -> vm.Boot:
+    work = tmp_path_factory.mktemp("vm-banner")
+    with TIMINGS.part("QEMU boot 1: /proc/version"):
+        return vm.boot(standins.vmlinuz, vm.initrd(work, [], {}), CACHE / "logs" / "vm-banner.log")
+
+
+@dataclass
+class InitRun:
+    output: str
+    exit_code: int
+    modules: Path
+    """The modules init linked, copied out of the image."""
+    dependencies: list[Path]
+    calls: list[str]
+    spin_cpu_seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="session")
+def init_runs(
+    image: Image, standins: Standins, banner_boot: vm.Boot, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, InitRun]:
+    runs: dict[str, InitRun] = {}
+    out = tmp_path_factory.mktemp("linked")
+    modroot = image.built.driver_root / "modroot"
+    for flavour in ("proprietary", "open"):
+        with TIMINGS.part(f"nvidia-driver init in the image ({flavour})") as notes:
+            node = Node(
+                image.built.root, standins.kernel_version, VERSION, banner_boot.proc_version
+            )
+            node.prepare()
+            init = Init(node, KERNEL_MODULE_TYPE=flavour)
+            try:
+                init.wait_for(READY)
+                video = modroot / "lib" / "modules" / standins.kernel_version / "video"
+                shutil.copytree(video, out / flavour)
+                dependencies = vm.dependency_order(modroot, standins.kernel_version, "nvidia")
+                cpu = None
+                if flavour == "proprietary":
+                    first = init.new_sleeper()
+                    os.kill(first, signal.SIGKILL)
+                    init.new_sleeper(other_than=first)
+                    before = init.cpu_seconds()
+                    time.sleep(2.0)
+                    cpu = init.cpu_seconds() - before
+                    notes.append(
+                        f"CPU while waiting after its sleeper was killed: {cpu:.2f} s in 2 s"
+                    )
+                code = init.terminate()
+            finally:
+                init.close()
+            runs[flavour] = InitRun(
+                init.text(), code, out / flavour, dependencies, node.calls(), cpu
+            )
+    return runs
+
+
+@pytest.fixture(scope="session")
+def module_boot(
+    standins: Standins, init_runs: dict[str, InitRun], tmp_path_factory: pytest.TempPathFactory
+) -> vm.Boot:
+    work = tmp_path_factory.mktemp("vm-modules")
+    dependencies: list[Path] = []
+    for result in init_runs.values():
+        dependencies += [path for path in result.dependencies if path not in dependencies]
+    # The dependency paths point into the image; the same files are in the stand-in tree.
+    flavours = {flavour: result.modules / "nvidia.ko" for flavour, result in init_runs.items()}
+    with TIMINGS.part("QEMU boot 2: insmod both flavours' nvidia.ko"):
+        return vm.boot(
+            standins.vmlinuz,
+            vm.initrd(work, dependencies, flavours),
+            CACHE / "logs" / "vm-modules.log",
+        )

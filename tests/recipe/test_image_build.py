@@ -1,0 +1,121 @@
+"""The recipe's Dockerfile built to the end by buildah with the stand-ins, and what it holds.
+
+One build (both stages; both flavours compiled in the builder with trixie's gcc-14 against
+the stand-in kernel tree, through the relocated host tools) serves the whole suite. Checked
+here: the build log says every step did its work (signatures, relocation, the real banner,
+both flavours packed and checked, the stand-in installer run); the image's config is what
+the GPU Operator and the bot expect; ``/opt/nvidia-driver`` holds both packages with the
+banner, the cores, the firmware, the private module root and ``build-info``; every module
+in the packages, and every in-tree module shipped, is for the target kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.recipe import buildah
+from tests.recipe.conftest import Image
+from tests.recipe.mirror import VERSION, Key
+from tests.recipe.standins import Standins
+
+
+def vermagic(path: Path) -> str:
+    return subprocess.run(
+        ["modinfo", "-F", "vermagic", str(path)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_the_build_ran_every_step(image: Image, standins: Standins, keys: tuple[Key, Key]) -> None:
+    log = image.log
+    for name in (
+        "flatcar-container.tar.gz",
+        "flatcar_production_image.vmlinuz",
+        "flatcar_production_image_kernel_config.txt",
+    ):
+        assert f"{name}: SHA512 matches DIGESTS signed by {keys[0].fingerprint}" in log
+    assert "host tools relocated to Flatcar's loader: " in log
+    assert f"kernel banner: Linux version {standins.kernel_version} (" in log
+    assert "module types: both (kernel kernel-open)" in log
+    assert "kernel: packed and checked" in log
+    assert "kernel-open: packed and checked" in log
+    assert "laying out PLACEHOLDER user space" in log
+    assert "build-modules: ERROR" not in log
+
+
+def test_the_image_is_what_the_operator_and_the_bot_expect(
+    image: Image, standins: Standins
+) -> None:
+    config = json.loads(
+        subprocess.run(
+            buildah.buildah("inspect", "--type", "image", buildah.IMAGE),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )["OCIv1"]["config"]
+    assert config["Entrypoint"] == ["nvidia-driver"]
+    assert config["Cmd"] == ["init"]
+    assert config["Labels"]["releasebot.kernel-version"] == standins.kernel_version
+    assert config["Labels"]["releasebot.flatcar-version"] == VERSION
+    assert config["Labels"]["releasebot.driver-version"] == standins.driver_version
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["DRIVER_VERSION"] == standins.driver_version
+    root = image.built.root
+    assert (root / "usr/local/bin/nvidia-driver").stat().st_mode & 0o111
+    assert (root / "usr/bin/nvidia-smi").exists()
+    assert (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists()
+    assert not (root / "lib/firmware/nvidia" / standins.driver_version).exists()
+
+
+def test_opt_nvidia_driver_holds_both_flavours(image: Image, standins: Standins) -> None:
+    driver = image.built.driver_root
+    info = dict(line.split("=", 1) for line in (driver / "build-info").read_text().splitlines())
+    assert info["KERNEL_VERSION"] == standins.kernel_version
+    assert info["MODULE_TYPES"] == "both"
+    assert info["GCC_MAJOR"] == "14"
+    for flavour in ("kernel", "kernel-open"):
+        package = driver / flavour / "precompiled" / f"nvidia-modules-{standins.kernel_version}"
+        listing = subprocess.run(
+            [str(driver / "bin" / "mkprecompiled"), "--info", str(package)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert f"proc version: {info['KERNEL_BANNER']}\n" in listing
+        assert (driver / flavour / "nvidia" / "nv-kernel.o_binary").stat().st_size > 0
+    assert sorted(path.name for path in (driver / "firmware").iterdir()) == [
+        "gsp_ga10x.bin",
+        "gsp_tu10x.bin",
+    ]
+
+
+def test_every_packed_module_is_for_the_target_kernel(
+    image: Image, standins: Standins, tmp_path: Path
+) -> None:
+    driver = image.built.driver_root
+    kv = standins.kernel_version
+    for flavour in ("kernel", "kernel-open"):
+        out = tmp_path / flavour
+        out.mkdir()
+        subprocess.run(
+            [
+                str(driver / "bin" / "mkprecompiled"),
+                "--unpack",
+                str(driver / flavour / "precompiled" / f"nvidia-modules-{kv}"),
+                "-o",
+                str(out),
+            ],
+            capture_output=True,
+            check=True,
+        )
+        modules = sorted(out.glob("*.ko"))
+        assert {path.name for path in modules} >= {"nvidia-uvm.ko", "nvidia-drm.ko"}
+        for module in modules:
+            assert vermagic(module).startswith(f"{kv} "), module
+    shipped = list((driver / "modroot" / "lib" / "modules" / kv / "kernel").rglob("*.ko.xz"))
+    assert shipped
+    for module in shipped[:5]:
+        assert vermagic(module).startswith(f"{kv} "), module
