@@ -11,7 +11,8 @@ kbuild's ``.module-common.o`` holding the vermagic. As with NVIDIA's rule on ker
 an in-tree module of the release exports (as it needs drm's). A flavour can be made to
 fail compiling. Covers: both flavours packed, linked and checked, the vermagic taken from
 ``.module-common.o`` (and not linked twice into an interface that has it), the in-tree
-module resolving the symbol, a compile failure naming
+module resolving the symbol, kbuild's link-time objtool command (IBT kernels) run on the
+interfaces, a compile failure naming
 its flavour, ``--module-types`` building one flavour only, and a bad value refused.
 The real compile against a real kernel tree is the recipe suite's (``tests/recipe``).
 """
@@ -48,6 +49,8 @@ function 'pci_resize_resource'" >&2; exit 2; fi
 \t$(CC) -c -o .module-common.o module-common.c
 \t$(CC) -c -o nv-linux.o interface.c
 \t$(CC) -c -o nv-modeset-linux.o interface.c
+\tif [ -e DELAYED_OBJTOOL ]; then for m in nvidia nvidia-modeset; do \
+\t  echo "savedcmd_$$m.o := ld -r -o $$m.o @$$m.mod  ; ./tools/objtool/objtool --rethunk --link --module $$m.o" >.$$m.o.cmd; done; fi
 \tif [ -e LINK_COMMON ]; then for o in nv-linux.o nv-modeset-linux.o; do \
 \t  $(LD) -r -o $$o.new $$o .module-common.o && mv $$o.new $$o; done; fi
 \tmkdir -p nvidia nvidia-modeset
@@ -141,8 +144,10 @@ def mkprecompiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build / "_out" / "Linux_x86_64" / "mkprecompiled"
 
 
-def flavour(directory: Path, *, fail: bool, link_common: bool) -> None:
+def flavour(directory: Path, *, fail: bool, link_common: bool, delayed_objtool: bool) -> None:
     directory.mkdir(parents=True)
+    if delayed_objtool:  # an IBT kernel: kbuild ran objtool on the linked module only
+        (directory / "DELAYED_OBJTOOL").write_text("")
     if link_common:  # an NVIDIA rule that links .module-common.o itself
         (directory / "LINK_COMMON").write_text("")
     (directory / "Makefile").write_text(MAKEFILE)
@@ -179,10 +184,16 @@ def make_inputs(
     *,
     failing: tuple[str, ...] = (),
     link_common: bool = False,
+    delayed_objtool: bool = False,
 ) -> Inputs:
     payload = root / "payload"
     for name in ("kernel", "kernel-open"):
-        flavour(payload / name, fail=name in failing, link_common=link_common)
+        flavour(
+            payload / name,
+            fail=name in failing,
+            link_common=link_common,
+            delayed_objtool=delayed_objtool,
+        )
     shutil.copy(mkprecompiled, payload / "mkprecompiled")
     (payload / "firmware").mkdir()
     (payload / "firmware" / "gsp_ga10x.bin").write_bytes(b"gsp")
@@ -198,6 +209,14 @@ def make_inputs(
     modules_dir = root / "modules"
     tree = modules_dir / KV / "build"
     tree.mkdir(parents=True)
+    # The tree's objtool: adds the sections kbuild's would (here: an empty .return_sites).
+    objtool = tree / "tools" / "objtool" / "objtool"
+    objtool.parent.mkdir(parents=True)
+    objtool.write_text(
+        '#!/bin/sh\nfor last; do :; done\nprintf "\\0\\0\\0\\0" >"$last.sites"\n'
+        'objcopy --add-section .return_sites="$last.sites" "$last" && rm "$last.sites"\n'
+    )
+    objtool.chmod(0o755)
     (tree / "Module.symvers").write_text("0x12345678\tprintk\tvmlinux\tEXPORT_SYMBOL\t\n")
     in_tree_module(modules_dir, root)
     flatcar_root = root / "flatcar"
@@ -253,6 +272,44 @@ def test_both_flavours_are_packed_with_the_kernels_vermagic(
     assert "MODULE_TYPES=both\n" in build_info
     assert f"KERNEL_BANNER={BANNER}\n" in build_info
     assert (inputs.out / "modroot" / "lib" / "modules" / KV / "modules.dep").exists()
+
+
+def sections(path: Path) -> str:
+    return subprocess.run(
+        ["objdump", "-h", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_link_time_objtool_is_run_on_the_interfaces(tmp_path: Path, mkprecompiled: Path) -> None:
+    inputs = make_inputs(tmp_path, mkprecompiled, delayed_objtool=True)
+    result = inputs.build("--module-types", "open")
+    assert result.returncode == 0, result.stderr
+    assert "ran kbuild's link-time objtool on nv-linux.o" in result.stderr
+    assert "ran kbuild's link-time objtool on nv-modeset-linux.o" in result.stderr
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    subprocess.run(
+        [
+            str(mkprecompiled),
+            "--unpack",
+            str(inputs.out / "kernel-open" / "precompiled" / f"nvidia-modules-{KV}"),
+            "-o",
+            str(unpacked),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert " .return_sites " in sections(unpacked / "nv-linux.o")
+    assert " .return_sites " in sections(unpacked / "nv-modeset-linux.o")
+
+
+def test_without_link_time_objtool_the_interfaces_are_left_alone(
+    tmp_path: Path, mkprecompiled: Path
+) -> None:
+    inputs = make_inputs(tmp_path, mkprecompiled)
+    result = inputs.build("--module-types", "open")
+    assert result.returncode == 0, result.stderr
+    assert "link-time objtool" not in result.stderr
 
 
 def test_an_interface_with_its_own_vermagic_is_left_as_it_is(

@@ -33,6 +33,7 @@ KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 @dataclass(frozen=True)
 class Archive:
     root: Path
+    mirror: str = MIRROR
 
     @property
     def config(self) -> Path:
@@ -47,7 +48,7 @@ class Archive:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "state" / "status").touch()
         (self.root / "sources.list").write_text(
-            f"deb [signed-by={KEYRING}] {MIRROR} {SUITE} main contrib non-free\n"
+            f"deb [signed-by={KEYRING}] {self.mirror} {SUITE} main contrib non-free\n"
         )
         self.config.write_text(
             "\n".join(
@@ -87,7 +88,7 @@ class Archive:
         failed = result.returncode != 0 or "Failed to fetch" in result.stderr
         if failed and not lists:
             raise UnavailableError(
-                f"Debian's archive ({MIRROR} {SUITE}) is unreachable: "
+                f"Debian's archive ({self.mirror} {SUITE}) is unreachable: "
                 + (result.stderr.strip().splitlines() or ["no output"])[-1]
             )
 
