@@ -50,7 +50,8 @@ function 'pci_resize_resource'" >&2; exit 2; fi
 \t$(CC) -c -o nv-linux.o interface.c
 \t$(CC) -c -o nv-modeset-linux.o interface.c
 \tif [ -e DELAYED_OBJTOOL ]; then for m in nvidia nvidia-modeset; do \
-\t  echo "savedcmd_$$m.o := ld -r -o $$m.o @$$m.mod  ; ./tools/objtool/objtool --rethunk --link --module $$m.o" >.$$m.o.cmd; done; fi
+\t  echo "savedcmd_$$m.o := ld -r -o $$m.o @$$m.mod  ; \
+./tools/objtool/objtool --rethunk --link --module $$m.o" >.$$m.o.cmd; done; fi
 \tif [ -e LINK_COMMON ]; then for o in nv-linux.o nv-modeset-linux.o; do \
 \t  $(LD) -r -o $$o.new $$o .module-common.o && mv $$o.new $$o; done; fi
 \tmkdir -p nvidia nvidia-modeset

@@ -77,7 +77,8 @@ def test_ci_fails_with_one_line_and_a_user_skips(tmp_path: Path, ci: bool) -> No
     if ci:
         assert result.returncode == 1, result.stdout
         failures = [line for line in result.stdout.splitlines() if reason in line]
-        assert failures and all("Traceback" not in line for line in failures)
+        assert failures
+        assert all("Traceback" not in line for line in failures)
         assert "CI is set: this is an error, not a skip" in result.stdout
         assert "Traceback" not in result.stdout
     else:
