@@ -214,7 +214,7 @@ def make_inputs(
     objtool = tree / "tools" / "objtool" / "objtool"
     objtool.parent.mkdir(parents=True)
     objtool.write_text(
-        '#!/bin/sh\n'
+        "#!/bin/sh\n"
         '[ "$SRCARCH" = x86 ] || { echo "objtool: SRCARCH variable not defined"; exit 1; }\n'
         'for last; do :; done\nprintf "\\0\\0\\0\\0" >"$last.sites"\n'
         'objcopy --add-section .return_sites="$last.sites" "$last" && rm "$last.sites"\n'
