@@ -2,9 +2,13 @@
 
 buildah (Debian's) with ``--isolation chroot`` and the ``vfs`` storage driver: no
 overlayfs, no user namespaces, no daemon. Its storage lives in the cache folder
-(``containers/``), so the imported base image is kept between runs; the built image is
-removed again after the run. The base image is ``debootstrap --variant=minbase trixie``
-imported with ``podman import`` under a tag keyed by its libc6 version; the build pulls
+(``containers/``), so the imported base image is kept between runs. The built image is
+tagged with a key over everything that goes into it (the recipe's files, the stand-ins,
+the base image, the build arguments, the ISO week, so a drifting Debian archive is built
+against at least weekly); outside CI a run reuses the image of an unchanged key, in CI
+(``CI`` set) the Dockerfile is built every time. Only the latest image is kept. The base
+image is ``debootstrap --variant=minbase trixie`` imported with ``podman import`` under a
+tag keyed by its libc6 version; the build pulls
 nothing (``--pull=never``). ``--layers=false``: with vfs every kept layer is a full copy
 of the root, and nothing here reuses them.
 
@@ -24,7 +28,7 @@ from pathlib import Path
 from tests.recipe.parts import CACHE, RECIPE, run
 
 STORE = CACHE / "containers"
-IMAGE = "localhost/releasebot-driver:standin"
+REPOSITORY = "localhost/releasebot-driver"
 
 
 def buildah(*args: str | Path) -> list[str]:
@@ -71,6 +75,16 @@ def base_image(tar: Path) -> str:
 
 
 @dataclass(frozen=True)
+class Image:
+    """The built image: its name, its root mounted on the host, the build's log."""
+
+    name: str
+    built: Built
+    log: str
+    reused: bool
+
+
+@dataclass(frozen=True)
 class Built:
     """The built image, mounted: its root file system on the host."""
 
@@ -82,7 +96,16 @@ class Built:
         return self.root / "opt" / "nvidia-driver"
 
 
-def build(args: dict[str, str], log: Path) -> str:
+def exists(image: str) -> bool:
+    return (
+        subprocess.run(
+            buildah("inspect", "--type", "image", image), capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+
+
+def build(image: str, args: dict[str, str], log: Path) -> str:
     """``buildah bud`` of the recipe, written to ``log`` as it goes; returns the log's text.
     A failed build raises with the log's last lines."""
     words: list[str | Path] = [
@@ -94,7 +117,7 @@ def build(args: dict[str, str], log: Path) -> str:
         "-f",
         RECIPE / "Dockerfile",
         "-t",
-        IMAGE,
+        image,
     ]
     for name, value in args.items():
         words += ["--build-arg", f"{name}={value}"]
@@ -110,15 +133,26 @@ def build(args: dict[str, str], log: Path) -> str:
     return text
 
 
-def mount() -> Built:
-    container = run(buildah("from", "--pull=never", IMAGE)).stdout.strip().splitlines()[-1]
+def mount(image: str) -> Built:
+    container = run(buildah("from", "--pull=never", image)).stdout.strip().splitlines()[-1]
     root = Path(run(buildah("mount", container)).stdout.strip())
     return Built(container, root)
 
 
-def remove(built: Built | None) -> None:
-    """Unmount and delete the working container and the image (vfs copies are large)."""
-    if built is not None:
-        subprocess.run(buildah("umount", built.container), capture_output=True, check=False)
-        subprocess.run(buildah("rm", built.container), capture_output=True, check=False)
-    subprocess.run(buildah("rmi", "-f", IMAGE), capture_output=True, check=False)
+def unmount(built: Built) -> None:
+    """Unmount and delete the working container (the image stays)."""
+    subprocess.run(buildah("umount", built.container), capture_output=True, check=False)
+    subprocess.run(buildah("rm", built.container), capture_output=True, check=False)
+
+
+def remove_other_images(keep: str) -> None:
+    """Delete built images but ``keep`` (vfs copies are large)."""
+    listing = subprocess.run(
+        buildah("images", "--format", "{{.Repository}}:{{.Tag}}"),
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    for image in listing:
+        if image.startswith(f"{REPOSITORY}:") and image != keep:
+            subprocess.run(buildah("rmi", "-f", image), capture_output=True, check=False)

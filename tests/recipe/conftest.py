@@ -15,7 +15,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,8 +23,8 @@ import pytest
 from tests.recipe import buildah, vm
 from tests.recipe.debian import Archive, base_image_tar
 from tests.recipe.mirror import CHANNEL, VERSION, Key, Mirror
-from tests.recipe.node import READY, Init, Node
-from tests.recipe.parts import CACHE, TIMINGS, UnavailableError, run, unavailable
+from tests.recipe.node import READY, Init, InitRun, Node
+from tests.recipe.parts import CACHE, RECIPE, TIMINGS, UnavailableError, digest, run, unavailable
 from tests.recipe.standins import Standins, build_standins
 
 TOOLS = {
@@ -100,9 +100,13 @@ def standins(archive: Archive) -> Standins:
 
 
 @pytest.fixture(scope="session")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Key, Key]]:
-    base = tmp_path_factory.mktemp("gnupg")
-    made = (Key.make(base / "flatcar", "flatcar"), Key.make(base / "foreign", "mallory"))
+def keys(recipe_host: None) -> Iterator[tuple[Key, Key]]:
+    """The throwaway signing key and a foreign one, kept in the cache with the image built
+    against them (the image's key is part of its cache key)."""
+    made = (
+        Key.cached(CACHE / "gnupg" / "flatcar", "flatcar"),
+        Key.cached(CACHE / "gnupg" / "foreign", "mallory"),
+    )
     yield made
     for key in made:
         key.close()
@@ -132,17 +136,10 @@ def base_image(archive: Archive) -> str:
     return name
 
 
-@dataclass
-class Image:
-    built: buildah.Built
-    log: str
-    args: dict[str, str]
-
-
 @pytest.fixture(scope="session")
 def image(
     standins: Standins, mirror: Mirror, base_image: str, keys: tuple[Key, Key]
-) -> Iterator[Image]:
+) -> Iterator[buildah.Image]:
     args = {
         "DRIVER_VERSION": standins.driver_version,
         "DRIVER_BRANCH": standins.driver_version.split(".")[0],
@@ -150,24 +147,40 @@ def image(
         "FLATCAR_CHANNEL": CHANNEL,
         "KERNEL_VERSION": standins.kernel_version,
         "TARGETARCH": "amd64",
-        "FLATCAR_BASE_URL": mirror.flatcar_base_url,
-        "NVIDIA_BASE_URL": mirror.nvidia_base_url,
         "FLATCAR_KEY_FINGERPRINT": keys[0].fingerprint,
-        "FLATCAR_KEY_URL": mirror.key_url,
         "BUILDER_IMAGE": base_image,
         "RUNTIME_IMAGE": base_image,
         "RECIPE_REVISION": "recipe-suite",
         "MODULE_TYPES": "both",
         "BUILD_JOBS": "2",
     }
-    buildah.remove(None)
-    with TIMINGS.part("buildah build: both stages, both flavours compiled"):
-        log = buildah.build(args, CACHE / "logs" / "buildah-build.log")
-    built = buildah.mount()
+    recipe = sorted(path for path in RECIPE.rglob("*") if path.is_file())
+    year, week_number, _ = datetime.now(UTC).isocalendar()
+    week = f"{year}-W{week_number:02d}"
+    key = digest(*recipe, *map(str, recipe), standins.root.name, repr(sorted(args.items())), week)
+    name = f"{buildah.REPOSITORY}:{key}"
+    log = CACHE / "logs" / f"buildah-build-{key}.log"
+    args |= {  # where the mirror is changes per run, not what it serves
+        "FLATCAR_BASE_URL": mirror.flatcar_base_url,
+        "NVIDIA_BASE_URL": mirror.nvidia_base_url,
+        "FLATCAR_KEY_URL": mirror.key_url,
+    }
+    reuse = not os.environ.get("CI") and buildah.exists(name) and log.exists()
+    with TIMINGS.part("buildah build: both stages, both flavours compiled") as notes:
+        if reuse:
+            built_at = datetime.fromtimestamp(log.stat().st_mtime, UTC).isoformat(
+                timespec="minutes"
+            )
+            notes.append(f"reused image {key} built {built_at} (CI always builds)")
+            text = log.read_text(errors="replace")
+        else:
+            buildah.remove_other_images(keep="")
+            text = buildah.build(name, args, log)
+    built = buildah.mount(name)
     try:
-        yield Image(built, log, args)
+        yield buildah.Image(name, built, text, reuse)
     finally:
-        buildah.remove(built)
+        buildah.unmount(built)
 
 
 @pytest.fixture(scope="session")
@@ -177,21 +190,12 @@ def banner_boot(standins: Standins, tmp_path_factory: pytest.TempPathFactory) ->
         return vm.boot(standins.vmlinuz, vm.initrd(work, [], {}), CACHE / "logs" / "vm-banner.log")
 
 
-@dataclass
-class InitRun:
-    output: str
-    exit_code: int
-    modules: Path
-    """The modules init linked, copied out of the image."""
-    dependencies: list[Path]
-    calls: list[str]
-    spin_cpu_seconds: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-
 @pytest.fixture(scope="session")
 def init_runs(
-    image: Image, standins: Standins, banner_boot: vm.Boot, tmp_path_factory: pytest.TempPathFactory
+    image: buildah.Image,
+    standins: Standins,
+    banner_boot: vm.Boot,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, InitRun]:
     runs: dict[str, InitRun] = {}
     out = tmp_path_factory.mktemp("linked")

@@ -4,8 +4,9 @@ throwaway key.
 Layout as the real ones: ``<root>/<channel>/amd64-usr/<version>/<file>`` with
 ``<file>.DIGESTS`` (``# MD5 HASH``, ``# SHA1 HASH``, ``# SHA512 HASH`` sections, as
 Flatcar writes them) and ``<file>.DIGESTS.asc`` (clearsigned); ``<root>/nvidia/<ver>/``
-for the runfile; ``<root>/signing-key.asc``. The key is made per run in a temporary
-GNUPGHOME: an ed25519 primary for certification only plus a signing subkey, as Flatcar's.
+for the runfile; ``<root>/signing-key.asc``. The key is a throwaway one made for the
+suite (kept in the cache with the image built against it): an ed25519 primary for
+certification only plus a signing subkey, as Flatcar's.
 Files are symlinks into the stand-in cache; the server is the standard library's, bound to
 127.0.0.1, so the recipe's RUN steps (buildah, chroot isolation, the host's network) reach
 it as they would reach a mirror.
@@ -93,6 +94,17 @@ class Key:
             if line.startswith("fpr:")
         ]
         return cls(home, primary, fingerprints[1])
+
+    @classmethod
+    def cached(cls, home: Path, name: str) -> Self:
+        """The key kept in ``home``, made there on first use."""
+        if (home / "key.txt").exists():
+            primary, subkey = (home / "key.txt").read_text().split()
+            return cls(home, primary, subkey)
+        shutil.rmtree(home, ignore_errors=True)
+        key = cls.make(home, name)
+        (home / "key.txt").write_text(f"{key.fingerprint} {key.signing_subkey}\n")
+        return key
 
     def export(self, out: Path) -> None:
         out.write_text(gpg(self.home, "--armor", "--export", self.fingerprint))

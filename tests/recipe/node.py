@@ -39,6 +39,20 @@ FAKE_SCRIPTS = {
 
 
 @dataclass
+class InitRun:
+    """What one ``init`` run did."""
+
+    output: str
+    exit_code: int
+    modules: Path
+    """The modules init linked, copied out of the image."""
+    dependencies: list[Path]
+    """The in-tree modules ``nvidia`` needs, in load order (real kmod's answer)."""
+    calls: list[str]
+    spin_cpu_seconds: float | None = None
+
+
+@dataclass
 class Node:
     """A prepared node inside the mounted image ``root``."""
 

@@ -15,7 +15,7 @@ import errno
 
 import pytest
 
-from tests.recipe.conftest import Image
+from tests.recipe.buildah import Image
 from tests.recipe.standins import Standins
 from tests.recipe.vm import Boot
 

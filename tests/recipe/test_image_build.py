@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from tests.recipe import buildah
-from tests.recipe.conftest import Image
+from tests.recipe.buildah import Image
 from tests.recipe.mirror import VERSION, Key
 from tests.recipe.standins import Standins
 
@@ -49,7 +49,7 @@ def test_the_image_is_what_the_operator_and_the_bot_expect(
 ) -> None:
     config = json.loads(
         subprocess.run(
-            buildah.buildah("inspect", "--type", "image", buildah.IMAGE),
+            buildah.buildah("inspect", "--type", "image", image.name),
             capture_output=True,
             text=True,
             check=True,

@@ -14,8 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.recipe.conftest import InitRun
-from tests.recipe.node import READY
+from tests.recipe.node import READY, InitRun
 from tests.recipe.standins import Standins
 
 
