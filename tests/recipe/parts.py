@@ -119,15 +119,3 @@ def digest(*parts: str | bytes | Path) -> str:
             hasher.update(part)
         hasher.update(b"\0")
     return hasher.hexdigest()[:16]
-
-
-@contextmanager
-def building(final: Path) -> Iterator[Path]:
-    """A sibling temporary folder renamed to ``final`` only when the block succeeds, so a
-    half-built cache entry is never taken for a finished one."""
-    partial = final.with_name(final.name + ".partial")
-    subprocess.run(["rm", "-rf", str(partial)], check=True)
-    partial.mkdir(parents=True)
-    yield partial
-    subprocess.run(["rm", "-rf", str(final)], check=True)
-    partial.rename(final)

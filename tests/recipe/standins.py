@@ -54,7 +54,6 @@ LIBRARIES = (
     "libcrypto.so.3",
 )
 LIBRARY_PACKAGES = ("libc6", "libelf1t64", "zlib1g", "libzstd1", "libssl3t64")
-HEADER_SIZE = 8192
 INSTALLER_SOURCES = VENDOR / "nvidia-installer-535.113.01"
 HERE = Path(__file__).resolve().parent
 
@@ -239,12 +238,6 @@ def flatcar_release(unpacked: Path, kv: str, work: Path, standins: Standins) -> 
     shutil.copy(
         boot / f"config-{kv}", standins.flatcar / "flatcar_production_image_kernel_config.txt"
     )
-
-
-def gcc_version_of(config: Path) -> int:
-    match = re.search(r"^CONFIG_GCC_VERSION=(\d+)$", config.read_text(), re.MULTILINE)
-    assert match is not None, f"no CONFIG_GCC_VERSION in {config}"
-    return int(match[1]) // 10000
 
 
 def sha256(path: Path) -> str:
