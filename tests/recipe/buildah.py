@@ -114,6 +114,7 @@ def build(image: str, args: dict[str, str], log: Path) -> str:
         "chroot",
         "--pull=never",
         "--layers=false",
+        "--force-rm",  # a failed build must not leave its working container's copy behind
         "-f",
         RECIPE / "Dockerfile",
         "-t",
