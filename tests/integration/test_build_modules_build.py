@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools import missing_tool
+from tests.support.tools import missing_tool
 
 SCRIPT = Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "build-modules"
 VENDOR = Path(

@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Self
 
-from tests.servers import Started
+from tests.support.servers import Started
 
 CHANNEL = "stable"
 BOARD = "amd64-usr"
