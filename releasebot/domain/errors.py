@@ -28,8 +28,11 @@ Every error says what the caller does next by its branch::
         ├── SocketModeRejectedError  Slack refused the app token for Socket Mode
         ├── CommandError             a chat command that does not parse (says the usage)
         ├── UnknownTargetError       a hand-asked build names no known release
-        └── TargetBusyError          a hand-asked build of a target that is building, or
-                                     published (without --force)
+        ├── TargetBusyError          a hand-asked build of a target that is building, or
+        │                            published (without --force)
+        └── SigningError             a key is unusable, or a signature, SBOM or provenance
+            │                        could not be attached
+            └── VerificationError    what is attached does not check out against the key
 
 ``FeedError`` is a mixin carrying the feed's name for the feed errors on both branches.
 Adapters translate third-party exceptions into these with ``raise ... from``; nothing from
@@ -183,3 +186,13 @@ class CommandError(PermanentError):
 
 class TargetBusyError(PermanentError):
     """A hand-asked build of a target that is building, or published without --force."""
+
+
+class SigningError(PermanentError):
+    """An image could not be signed: the key is missing or malformed, or the registry
+    refused a signature, SBOM or provenance. The message never holds key material."""
+
+
+class VerificationError(SigningError):
+    """The signatures, SBOM or provenance attached to an image do not check out against
+    the public key (missing, tampered with, or made by another key)."""

@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from releasebot.domain.attestation import (
+    Attestation,
+    AttestationRequest,
+    Material,
+    Verification,
+)
 from releasebot.domain.builds import BuildRecord, BuildRequest, JobStatus
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.models import (
@@ -277,3 +283,65 @@ class LeaderElector(Protocol):
 
     def close(self) -> None:
         """Release connections; the elector is not used afterwards."""
+
+
+# -- signing: attachments in the registry, and the attestor ---------------------------
+
+
+@dataclass(frozen=True)
+class StoredManifest:
+    """A manifest as the registry serves it: its media type, exact bytes and digest."""
+
+    media_type: str
+    body: bytes
+    digest: str
+
+
+class ArtifactRegistry(Protocol):
+    """The raw OCI distribution calls signing needs, on the driver repository.
+
+    Raises the same errors as ``Registry``. ``blob`` checks the bytes against the digest.
+    """
+
+    @property
+    def repository(self) -> str: ...
+
+    def manifest(self, reference: str) -> StoredManifest | None:
+        """The manifest a tag or digest names; ``None`` when there is none."""
+
+    def blob(self, digest: str) -> bytes | None:
+        """A blob's bytes (at most a few MiB); ``None`` when the repository lacks it."""
+
+    def push_blob(self, data: bytes) -> str:
+        """Upload ``data`` (skipped when the repository has it already); its digest."""
+
+    def push_manifest(self, reference: str, media_type: str, body: bytes) -> bool:
+        """Store ``body`` under a tag or its digest; True when the registry said it
+        indexed the manifest's ``subject`` (the ``OCI-Subject`` header of OCI 1.1)."""
+
+    def referrers(self, digest: str) -> bytes | None:
+        """The referrers API's index for ``digest``; ``None`` when the registry has no
+        referrers API (then the referrers tag ``sha256-<hex>`` stands in for it)."""
+
+
+class MaterialSource(Protocol):
+    """The inputs a build downloaded, with their digests, as their publishers state them."""
+
+    def materials(self, target: Target, arch: Arch) -> tuple[Material, ...]: ...
+
+
+class Attestor(Protocol):
+    """Signs a published tag and attaches its SBOM and provenance; checks them again.
+
+    ``attest`` is idempotent: attaching the same facts twice leaves one valid signature per
+    manifest and key. Raises ``SigningError`` (permanent: a key or a refusal) or a
+    ``TemporaryError`` (the registry is down). ``verify`` re-reads everything from the
+    registry and raises ``VerificationError`` unless it all checks out against the key.
+    """
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    def attest(self, request: AttestationRequest) -> Attestation: ...
+
+    def verify(self, reference: str) -> Verification: ...

@@ -92,7 +92,9 @@ _OS_REASON = re.compile(r"\[Errno -?\d+\][^'\"()]*")
 
 
 @dataclass(frozen=True)
-class _Answer:
+class RegistryAnswer:
+    """A registry's answer: status, reason, headers (case-insensitive), body (bounded)."""
+
     status: int
     reason: str
     headers: CaseInsensitiveDict[str]
@@ -175,6 +177,11 @@ class OrasRegistry:
     @property
     def repository(self) -> str:
         return self._repository
+
+    @property
+    def base_url(self) -> str:
+        """``http(s)://host/v2/<name>``: where ``request`` sends relative paths."""
+        return self._base
 
     # -- the Registry port -------------------------------------------------------------
 
@@ -259,6 +266,21 @@ class OrasRegistry:
             )
         return expected
 
+    def request(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes | None = None
+    ) -> RegistryAnswer:
+        """One authenticated, bounded-retry request to ``/v2/<name>/<path>`` (or to an
+        absolute URL on the same registry, e.g. an upload ``Location``). Any answer,
+        404 included, is returned; transport failures raise the domain's registry errors.
+        For adapters that speak more of the distribution API (``registry/artifacts.py``)."""
+        url = path if "://" in path else f"{self._base}/{path.lstrip('/')}"
+        here, there = urlsplit(self._base), urlsplit(url)
+        if (here.scheme, here.netloc) != (there.scheme, there.netloc):
+            raise RegistryError(
+                f"registry {self._host}: refusing to send credentials to {_trim(there.netloc)}"
+            )
+        return self._call(method, url, headers, body)
+
     # -- reading manifests and configs -------------------------------------------------
 
     def _manifest_url(self, reference: str) -> str:
@@ -304,7 +326,7 @@ class OrasRegistry:
             _string_map(self._host, labels, "config.Labels"),
         )
 
-    def _next_page(self, answer: _Answer, url: str) -> str | None:
+    def _next_page(self, answer: RegistryAnswer, url: str) -> str | None:
         for link in parse_header_links(answer.headers.get("Link", "")):
             if link.get("rel") == "next" and link.get("url"):
                 target = urljoin(url, link["url"])
@@ -322,11 +344,11 @@ class OrasRegistry:
 
     def _call(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None
-    ) -> _Answer:
+    ) -> RegistryAnswer:
         """One logical request: authenticated, retried while transient; any other answer
         (including 404) is returned. Raises the domain's registry errors."""
 
-        def attempt() -> _Answer:
+        def attempt() -> RegistryAnswer:
             answer = self._authorized(method, url, headers, body)
             _raise_if_transient(answer)
             return answer
@@ -348,7 +370,7 @@ class OrasRegistry:
 
     def _authorized(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> _Answer:
+    ) -> RegistryAnswer:
         sent = self._auth_header
         answer = self._send(method, url, _with_auth(headers, sent), body)
         if answer.status not in (401, 403):
@@ -359,7 +381,7 @@ class OrasRegistry:
             self._auth_failed(answer.status, answer.reason)
         return answer
 
-    def _answer_challenge(self, answer: _Answer, sent: str | None) -> str:
+    def _answer_challenge(self, answer: RegistryAnswer, sent: str | None) -> str:
         """The Authorization that answers the registry's challenge, or raise."""
         challenge = answer.headers.get("WWW-Authenticate", "")
         scheme = challenge.split(" ", 1)[0].lower()
@@ -416,7 +438,7 @@ class OrasRegistry:
 
     def _send(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None
-    ) -> _Answer:
+    ) -> RegistryAnswer:
         """One HTTP request; transport failures become ``TransientFailure`` or ``RegistryError``."""
         with self._lock:
             self.request_count += 1
@@ -433,7 +455,7 @@ class OrasRegistry:
             )
             with response:
                 content = b"" if method == "HEAD" else self._read(response)
-                return _Answer(
+                return RegistryAnswer(
                     response.status_code, response.reason or "", response.headers, content
                 )
         except requests.exceptions.SSLError as exc:
@@ -462,7 +484,7 @@ class OrasRegistry:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _expect_ok(self, answer: _Answer, what: str) -> None:
+    def _expect_ok(self, answer: RegistryAnswer, what: str) -> None:
         if 200 <= answer.status < 300:
             return
         raise RegistryError(
@@ -483,14 +505,14 @@ def _oras_session(host: str, *, insecure: bool, verify: bool | str) -> requests.
 # -- answers ---------------------------------------------------------------------------
 
 
-def _raise_if_transient(answer: _Answer) -> None:
+def _raise_if_transient(answer: RegistryAnswer) -> None:
     status = answer.status
     if status in (408, 429) or 500 <= status < 600:
         wait = parse_retry_after(answer.headers.get("Retry-After"))
         raise TransientFailure(f"{status} {answer.reason}".rstrip(), wait)
 
 
-def _first_error(answer: _Answer) -> tuple[str, str]:
+def _first_error(answer: RegistryAnswer) -> tuple[str, str]:
     """``(code, message)`` of the registry's JSON error body; empty strings when none."""
     try:
         first = json.loads(answer.body)["errors"][0]
@@ -499,13 +521,13 @@ def _first_error(answer: _Answer) -> tuple[str, str]:
         return "", ""
 
 
-def _error_detail(answer: _Answer) -> str:
+def _error_detail(answer: RegistryAnswer) -> str:
     """``: CODE message`` from the registry's error body, trimmed; '' when there is none."""
     code, message = _first_error(answer)
     return f": {_trim(code)} {_trim(message)}".rstrip() if code or message else ""
 
 
-def _is_unknown_name(answer: _Answer) -> bool:
+def _is_unknown_name(answer: RegistryAnswer) -> bool:
     return _first_error(answer)[0] in ("NAME_UNKNOWN", "NOT_FOUND")
 
 

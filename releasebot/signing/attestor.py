@@ -1,0 +1,439 @@
+"""``RegistryAttestor``: the ``Attestor`` port on an ``ArtifactRegistry``.
+
+For a published tag with digest ``D`` it attaches, in the formats cosign and OCI 1.1 tools
+read (``releasebot/signing/formats.py``):
+
+1. a signature of ``D`` and, for an index, of every per-arch image: a layer in cosign's
+   ``sha256-<hex>.sig`` image (other signatures there, e.g. by a previous key, are kept);
+2. the SBOM (CycloneDX JSON) as a referrer of ``D`` with ``artifactType
+   application/vnd.cyclonedx+json``;
+3. the provenance (in-toto statement, SLSA v1) in a DSSE envelope signed with the key, as
+   a referrer with ``artifactType application/vnd.in-toto+json``;
+4. both as cosign attestations in ``sha256-<hex>.att`` (what ``cosign verify-attestation``
+   and Kyverno's ``verifyImages.attestations`` read), the SBOM wrapped in an in-toto
+   statement (predicate ``https://cyclonedx.org/bom``), so the SBOM is signed too;
+5. where the registry has the referrers API, the signature again as a cosign OCI 1.1
+   referrer; where it has not, the referrers tag ``sha256-<hex>`` indexes the SBOM and the
+   provenance (the distribution spec's fallback), and a warning says so once.
+
+Signatures are deterministic (RFC 6979), so attaching the same facts again pushes the same
+bytes: ``attest`` is idempotent and a retry after a crash adds nothing.
+
+``verify`` trusts nothing it attached: it reads everything back from the registry, checks
+every signature against the PUBLIC key, every payload against the digest it claims, and
+parses the SBOM and provenance with their libraries.
+
+Deliberately not here: deleting old attachments, keyless signing, Rekor.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from releasebot.domain.attestation import Attestation, AttestationRequest, Material, Verification
+from releasebot.domain.errors import SigningError, VerificationError
+from releasebot.domain.ports import ArtifactRegistry, MaterialSource, StoredManifest
+from releasebot.signing import (
+    CYCLONEDX,
+    CYCLONEDX_PREDICATE,
+    DSSE_ENVELOPE,
+    EMPTY_JSON,
+    IN_TOTO,
+    PREDICATE_ANNOTATION,
+    REFERRER_PREDICATE_ANNOTATION,
+    SIGNATURE_ANNOTATION,
+    SIMPLE_SIGNING,
+    SLSA_PROVENANCE,
+)
+from releasebot.signing import formats as oci
+from releasebot.signing.documents import Builder, render_provenance, render_sbom
+from releasebot.signing.keys import SigningKey, VerifyingKey
+
+log = logging.getLogger("releasebot.signing")
+
+MAX_LAYERS = 64
+"""Signature or attestation layers looked at per manifest: a registry cannot make a
+verification walk thousands of blobs."""
+MAX_REFERRERS = 64
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")  # fmt: skip
+
+
+class RegistryAttestor:
+    """Signs with ``key()`` (called once per ``attest``), verifies with ``public``."""
+
+    def __init__(
+        self,
+        artifacts: ArtifactRegistry,
+        *,
+        key: Callable[[], SigningKey],
+        public: VerifyingKey,
+        builder: Builder,
+        materials: MaterialSource | None = None,
+    ) -> None:
+        self._artifacts = artifacts
+        self._key = key
+        self._public = public
+        self._builder = builder
+        self._materials = materials
+        self._told_fallback = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RegistryAttestor({self._artifacts.repository!r}, {self._public.fingerprint})"
+
+    @property
+    def fingerprint(self) -> str:
+        return self._public.fingerprint
+
+    # -- attaching ---------------------------------------------------------------------
+
+    def attest(self, request: AttestationRequest) -> Attestation:
+        key = self._key()
+        if key.public.fingerprint != self._public.fingerprint:
+            raise SigningError(
+                f"the signing key ({key.public.fingerprint}) does not belong to the "
+                f"configured public key ({self._public.fingerprint})"
+            )
+        materials = self._collect_materials(request)
+        subject = self._descriptor(request.digest)
+        for digest in request.signed_digests:
+            self._sign(digest, key)
+        sbom = render_sbom(request, self._builder, materials)
+        provenance = render_provenance(request, self._builder, materials)
+        provenance_envelope = _envelope(key, provenance)
+        sbom_statement = _statement(request, CYCLONEDX_PREDICATE, json.loads(sbom))
+        sbom_envelope = _envelope(key, sbom_statement)
+        referrers = [
+            self._push_referrer(subject, CYCLONEDX, CYCLONEDX, sbom, {}),
+            self._push_referrer(
+                subject,
+                IN_TOTO,
+                DSSE_ENVELOPE,
+                provenance_envelope,
+                {REFERRER_PREDICATE_ANNOTATION: SLSA_PROVENANCE},
+            ),
+        ]
+        self._attach_attestations(
+            request.digest,
+            [(provenance_envelope, SLSA_PROVENANCE), (sbom_envelope, CYCLONEDX_PREDICATE)],
+        )
+        api = all(indexed for _, indexed in referrers)
+        if api:
+            for digest in request.signed_digests:
+                self._signature_referrer(digest)
+        else:
+            self._update_referrers_tag(request.digest, [entry for entry, _ in referrers])
+        return Attestation(self.fingerprint, request.signed_digests, api)
+
+    def _collect_materials(self, request: AttestationRequest) -> list[Material]:
+        found: dict[str, Material] = {}
+        for build in request.builds:
+            if self._materials is not None:
+                for material in self._materials.materials(request.target, build.arch):
+                    found.setdefault(material.uri, material)
+            pinned = dict(build.build_args).get("NVIDIA_RUNFILE_SHA256")
+            if pinned:
+                for uri, material in list(found.items()):
+                    if (
+                        uri.endswith(".run")
+                        and not material.digests
+                        and build.arch.nvidia_name in uri
+                    ):
+                        found[uri] = Material(uri, (("sha256", pinned.lower()),))
+        return sorted(found.values(), key=lambda m: m.uri)
+
+    def _descriptor(self, digest: str) -> dict[str, Any]:
+        stored = self._artifacts.manifest(digest)
+        if stored is None:
+            raise SigningError(f"cannot sign {digest}: the registry has no such manifest")
+        return {"mediaType": stored.media_type, "digest": stored.digest, "size": len(stored.body)}
+
+    def _sign(self, digest: str, key: SigningKey) -> None:
+        """Add our signature of ``digest`` to its ``.sig`` image (once)."""
+        payload = oci.simple_signing_payload(self._artifacts.repository, digest)
+        layer = oci.signature_layer(payload, key.sign(payload))
+        tag = oci.signature_tag(digest)
+        existing = self._layers(tag)
+        if any(_same_layer(item, layer) for item in existing):
+            return
+        kept = [item for item in existing if not self._is_ours(item, payload)]
+        self._artifacts.push_blob(payload)
+        self._push_image(tag, [*kept, layer])
+
+    def _is_ours(self, layer: dict[str, Any], payload: bytes) -> bool:
+        """An older layer with the same payload signed by this key (replaced, not doubled)."""
+        return layer.get("digest") == oci.sha256_digest(payload) and self._layer_verifies(
+            layer, payload
+        )
+
+    def _attach_attestations(self, digest: str, envelopes: Sequence[tuple[bytes, str]]) -> None:
+        tag = oci.attestation_tag(digest)
+        existing = self._layers(tag)
+        layers = [oci.attestation_layer(envelope, kind) for envelope, kind in envelopes]
+        if all(any(_same_layer(item, new) for item in existing) for new in layers):
+            return
+        replaced = {kind for _, kind in envelopes}
+        kept = [
+            item
+            for item in existing
+            if (item.get("annotations") or {}).get(PREDICATE_ANNOTATION) not in replaced
+        ]
+        for envelope, _ in envelopes:
+            self._artifacts.push_blob(envelope)
+        self._push_image(tag, [*kept, *layers])
+
+    def _push_referrer(
+        self,
+        subject: dict[str, Any],
+        artifact_type: str,
+        layer_type: str,
+        content: bytes,
+        annotations: dict[str, str],
+    ) -> tuple[dict[str, Any], bool]:
+        """Push one referrer of ``subject``; its index entry and whether the registry
+        indexed it itself (the referrers API)."""
+        self._artifacts.push_blob(EMPTY_JSON)
+        self._artifacts.push_blob(content)
+        layer = oci.descriptor(layer_type, content)
+        body = oci.image_manifest(
+            oci.empty_config(),
+            [layer],
+            subject=subject,
+            artifact_type=artifact_type,
+            annotations=annotations or None,
+        )
+        digest = oci.sha256_digest(body)
+        indexed = self._artifacts.push_manifest(digest, oci.OCI_MANIFEST, body)
+        entry = oci.descriptor(oci.OCI_MANIFEST, body, artifactType=artifact_type)
+        if annotations:
+            entry["annotations"] = annotations
+        return entry, indexed
+
+    def _signature_referrer(self, digest: str) -> None:
+        layers = self._layers(oci.signature_tag(digest))
+        body = oci.signature_referrer(self._descriptor(digest), layers)
+        self._artifacts.push_manifest(oci.sha256_digest(body), oci.OCI_MANIFEST, body)
+
+    def _update_referrers_tag(self, digest: str, entries: Sequence[dict[str, Any]]) -> None:
+        with self._lock:
+            if not self._told_fallback:
+                self._told_fallback = True
+                log.warning(
+                    "registry of %s has no OCI referrers API: SBOM and provenance are listed "
+                    "under the referrers tag sha256-<digest> (and in cosign's .att tag)",
+                    self._artifacts.repository,
+                )
+        tag = oci.referrers_tag(digest)
+        existing = self._artifacts.manifest(tag)
+        try:
+            body = oci.merge_referrers(existing.body if existing else None, entries)
+        except ValueError:  # something else holds the tag: start a clean index over it
+            body = oci.merge_referrers(None, entries)
+        if existing is None or existing.body != body:
+            self._artifacts.push_manifest(tag, oci.OCI_INDEX, body)
+
+    def _push_image(self, tag: str, layers: Sequence[dict[str, Any]]) -> None:
+        config = oci.layers_config(layers)
+        self._artifacts.push_blob(config)
+        body = oci.image_manifest(oci.descriptor(oci.OCI_CONFIG, config), layers)
+        self._artifacts.push_manifest(tag, oci.OCI_MANIFEST, body)
+
+    def _layers(self, tag: str) -> list[dict[str, Any]]:
+        stored = self._artifacts.manifest(tag)
+        if stored is None:
+            return []
+        try:
+            return oci.manifest_layers(stored.body)[:MAX_LAYERS]
+        except ValueError:
+            return []  # not ours to read: replaced by a valid one
+
+    # -- verifying ---------------------------------------------------------------------
+
+    def verify(self, reference: str) -> Verification:
+        top = self._artifacts.manifest(reference)
+        if top is None:
+            raise VerificationError(f"{self._artifacts.repository}:{reference}: no such tag")
+        digests = [top.digest, *self._children(top)]
+        for digest in digests:
+            self._check_signature(digest)
+        listing = self._listing(top.digest)
+        materials = self._check_provenance(top.digest, listing)
+        components = self._check_sbom(top.digest, listing)
+        return Verification(top.digest, self.fingerprint, tuple(digests), components, materials)
+
+    def _children(self, stored: StoredManifest) -> list[str]:
+        if stored.media_type not in INDEX_TYPES:
+            return []
+        try:
+            return [str(item["digest"]) for item in oci.index_manifests(stored.body)]
+        except ValueError as error:
+            raise VerificationError(f"{stored.digest}: {error}") from None
+
+    def _check_signature(self, digest: str) -> None:
+        for layer in self._layers(oci.signature_tag(digest)):
+            if layer.get("mediaType") != SIMPLE_SIGNING:
+                continue
+            payload = self._artifacts.blob(str(layer["digest"]))
+            if payload is None:
+                continue
+            try:
+                reference, signed = oci.parse_simple_signing(payload)
+            except ValueError:
+                continue
+            if (
+                signed == digest
+                and reference == self._artifacts.repository
+                and self._layer_verifies(layer, payload)
+            ):
+                return
+        raise VerificationError(
+            f"{self._artifacts.repository}@{digest}: no valid signature by {self.fingerprint}"
+        )
+
+    def _layer_verifies(self, layer: dict[str, Any], payload: bytes) -> bool:
+        encoded = (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION)
+        if not isinstance(encoded, str) or not encoded:
+            return False
+        try:
+            signature = base64.b64decode(encoded, validate=True)
+        except (ValueError, binascii.Error):
+            return False
+        return self._public.verify(signature, payload)
+
+    def _listing(self, digest: str) -> list[dict[str, Any]]:
+        """The referrers of ``digest``: the referrers API's answer, else the referrers tag."""
+        body = self._artifacts.referrers(digest)
+        if body is None:
+            stored = self._artifacts.manifest(oci.referrers_tag(digest))
+            body = stored.body if stored is not None else None
+        if body is None:
+            return []
+        try:
+            return oci.index_manifests(body)[:MAX_REFERRERS]
+        except ValueError as error:
+            raise VerificationError(f"referrers of {digest}: {error}") from None
+
+    def _referrer_contents(
+        self, listing: Sequence[dict[str, Any]], artifact_type: str
+    ) -> list[bytes]:
+        found = []
+        for entry in listing:
+            if entry.get("artifactType") != artifact_type:
+                continue
+            stored = self._artifacts.manifest(str(entry["digest"]))
+            if stored is None:
+                continue
+            try:
+                layers = oci.manifest_layers(stored.body)
+            except ValueError:
+                continue
+            blob = self._artifacts.blob(str(layers[0]["digest"])) if layers else None
+            if blob is not None:
+                found.append(blob)
+        return found
+
+    def _check_provenance(self, digest: str, listing: Sequence[dict[str, Any]]) -> int:
+        for envelope in self._referrer_contents(listing, IN_TOTO):
+            statement = self._open_envelope(envelope, digest, SLSA_PROVENANCE)
+            if statement is None:
+                continue
+            try:
+                from google.protobuf import json_format
+                from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+
+                parsed = json_format.ParseDict(statement["predicate"], provenance_pb2.Provenance())
+            except (json_format.ParseError, KeyError, TypeError):
+                continue
+            return len(parsed.build_definition.resolved_dependencies)
+        raise VerificationError(f"{digest}: no provenance signed by {self.fingerprint}")
+
+    def _check_sbom(self, digest: str, listing: Sequence[dict[str, Any]]) -> int:
+        signed = self._signed_predicates(digest, CYCLONEDX_PREDICATE)
+        for blob in self._referrer_contents(listing, CYCLONEDX):
+            try:
+                document = oci.parse_object(blob, "SBOM")
+            except ValueError:
+                continue
+            if document not in signed:
+                continue  # an SBOM the key never vouched for
+            from cyclonedx.model.bom import Bom
+
+            try:
+                bom = Bom.from_json(document)  # type: ignore[attr-defined]
+            except Exception as error:  # noqa: BLE001 - the library raises many kinds
+                log.debug("SBOM of %s does not parse: %s", digest, type(error).__name__)
+                continue
+            component = bom.metadata.component
+            if component is not None and str(component.bom_ref) == digest:
+                return len(bom.components)
+        raise VerificationError(f"{digest}: no SBOM attested by {self.fingerprint}")
+
+    def _signed_predicates(self, digest: str, predicate_type: str) -> list[Any]:
+        """Predicates of ``predicate_type`` in ``.att`` whose envelope the key signed."""
+        found = []
+        for layer in self._layers(oci.attestation_tag(digest)):
+            annotations = layer.get("annotations") or {}
+            if annotations.get(PREDICATE_ANNOTATION) != predicate_type:
+                continue
+            envelope = self._artifacts.blob(str(layer["digest"]))
+            statement = (
+                None if envelope is None else self._open_envelope(envelope, digest, predicate_type)
+            )
+            if statement is not None:
+                found.append(statement.get("predicate"))
+        return found
+
+    def _open_envelope(
+        self, envelope: bytes, digest: str, predicate_type: str
+    ) -> dict[str, Any] | None:
+        """The statement in a DSSE envelope the key signed, about ``digest``; else None."""
+        try:
+            payload_type, payload, signatures = oci.parse_dsse(envelope)
+            statement = oci.parse_object(payload, "statement")
+        except ValueError:
+            return None
+        if payload_type != IN_TOTO or statement.get("predicateType") != predicate_type:
+            return None
+        signed = oci.pae(payload_type, payload)
+        if not any(self._public.verify(sig, signed) for sig in signatures[:MAX_LAYERS]):
+            return None
+        subjects = statement.get("subject")
+        hexes = (
+            {s.get("digest", {}).get("sha256") for s in subjects if isinstance(s, dict)}
+            if isinstance(subjects, list)
+            else set()
+        )
+        return statement if digest.removeprefix("sha256:") in hexes else None
+
+
+def _envelope(key: SigningKey, statement: bytes) -> bytes:
+    return oci.dsse_envelope(IN_TOTO, statement, key.sign(oci.pae(IN_TOTO, statement)))
+
+
+def _statement(request: AttestationRequest, predicate_type: str, predicate: Any) -> bytes:
+    return oci.canonical(
+        {
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [
+                {
+                    "name": f"{request.repository}:{request.tag}",
+                    "digest": {"sha256": request.digest.removeprefix("sha256:")},
+                }
+            ],
+            "predicateType": predicate_type,
+            "predicate": predicate,
+        }
+    )
+
+
+def _same_layer(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("digest") == b.get("digest") and (a.get("annotations") or {}) == (
+        b.get("annotations") or {}
+    )
