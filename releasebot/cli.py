@@ -145,6 +145,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.set_defaults(handler=_cmd_build)
 
+    verify = commands.add_parser(
+        "verify",
+        parents=[common],
+        help="check a published tag's signatures, SBOM and provenance against the public key",
+    )
+    verify.add_argument("tag", help="a tag of registry.repository, e.g. 580.178.04-flatcar4593.2.5")
+    verify.set_defaults(handler=_cmd_verify)
+
     recipe = commands.add_parser("recipe", help="the driver image recipe releasebot ships")
     recipe_commands = recipe.add_subparsers(
         title="recipe commands", metavar="COMMAND", required=True
@@ -293,6 +301,22 @@ def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
     planned = report.plan is not None and bool(report.plan.targets)
     if report.errors or (report.plan is not None and report.plan.failed and not planned):
         return EXIT_FAILED
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """One line: ``verified …`` on stdout (exit 0), or why not on stderr (exit 1)."""
+    from releasebot.domain.errors import VerificationError
+    from releasebot.wiring import verify_tag
+
+    settings = _load(args)
+    shown = f"{settings.registry.repository}:{args.tag}"
+    try:
+        verification = verify_tag(settings, args.tag)
+    except VerificationError as error:
+        _error(f"NOT verified {shown}: {error}")
+        return EXIT_FAILED
+    print(f"verified {shown}@{verification.digest}: {verification.summary()}")
     return EXIT_OK
 
 

@@ -36,6 +36,7 @@ from releasebot.config.sections import (
     RegistrySettings,
     RunSettings,
     Settings,
+    SigningSettings,
     SlackSettings,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "RegistrySettings",
     "RunSettings",
     "Settings",
+    "SigningSettings",
     "SlackSettings",
     "load_settings",
     "redact_url",

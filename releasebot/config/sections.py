@@ -198,6 +198,46 @@ class RecipeSettings:
     from failing the other's image."""
 
 
+MAX_PASSWORD_BYTES = 1024
+"""A key's password file holds one line; anything longer is the wrong file."""
+
+
+@dataclass(frozen=True)
+class SigningSettings:
+    """Signatures, SBOM and provenance for every image releasebot publishes. Off while no
+    key is configured: images are then published unsigned, and the start says so."""
+
+    key_file: str = setting("", rules.existing_file)
+    """The private key: cosign's ``cosign.key`` (encrypted PEM) or a PKCS #8 PEM, ECDSA
+    P-256, mounted from a Secret; read again when it changes. Empty: images are not signed."""
+    password_file: str = setting("", rules.existing_file)
+    """File holding the key's password (cosign's ``cosign.password``); or set
+    ``RELEASEBOT_SIGNING_PASSWORD``. An unencrypted PEM needs neither."""
+    password: str = setting("", secret=True)
+    public_key_file: str = setting("", rules.existing_file)
+    """``cosign.pub``: what ``releasebot verify`` and the check before publishing trust.
+    Empty: derived from ``key_file``."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.key_file)
+
+    def password_bytes(self) -> bytes:
+        """The key's password: ``password``, else ``password_file`` without its final newline."""
+        if self.password or not self.password_file:
+            return self.password.encode()
+        try:
+            with open(self.password_file, "rb") as handle:
+                data = handle.read(MAX_PASSWORD_BYTES + 1)
+        except OSError as error:
+            raise ConfigError(
+                "signing.password_file", f"cannot read {self.password_file}: {error.strerror}"
+            ) from None
+        if len(data) > MAX_PASSWORD_BYTES:
+            raise ConfigError("signing.password_file", f"is over {MAX_PASSWORD_BYTES} bytes")
+        return data.rstrip(b"\r\n")
+
+
 @dataclass(frozen=True)
 class BuildSettings:
     """The lifecycle's numbers; their defaults are ``LifecycleRules``'s."""
@@ -254,6 +294,7 @@ class Settings:
     slack: SlackSettings = field(default_factory=SlackSettings)
     recipe: RecipeSettings = field(default_factory=RecipeSettings)
     run: RunSettings = field(default_factory=RunSettings)
+    signing: SigningSettings = field(default_factory=SigningSettings)
 
     def policy(self) -> Policy:
         return Policy(
@@ -324,6 +365,7 @@ SECTIONS: dict[str, type[Any]] = {
     "slack": SlackSettings,
     "recipe": RecipeSettings,
     "run": RunSettings,
+    "signing": SigningSettings,
 }
 
 

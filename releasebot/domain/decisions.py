@@ -30,6 +30,7 @@ class Action(enum.StrEnum):
     RETRYING = "retrying"
     FAILED = "failed"
     INDEX_POSTPONED = "index postponed"
+    SIGNING_POSTPONED = "signing postponed"
 
     @property
     def starts_build(self) -> bool:

@@ -80,9 +80,12 @@ def build_event(
     builds: Sequence[BuildRecord],
     max_attempts: int,
     error: str | None = None,
+    *,
+    signed_by: str | None = None,
 ) -> Event:
     """An event about ``record``'s current attempt, with what a chat message needs to show:
-    the one payload shape of a build's events (``notify.render`` reads it)."""
+    the one payload shape of a build's events (``notify.render`` reads it). ``signed_by``
+    is the fingerprint of the key whose signature was verified before publishing."""
     target = record.target
     failed = [build for build in builds if build.state is BuildState.FAILED]
     payload: dict[str, str | int | list[str] | None] = {
@@ -105,5 +108,6 @@ def build_event(
         "next_attempt_at": None
         if record.next_attempt_at is None
         else record.next_attempt_at.isoformat(),
+        "signed_by": signed_by,
     }
     return Event(kind, build_key(record.tag, record.attempts), record.tag, now, payload)

@@ -20,6 +20,7 @@ they cannot disagree::
     settle             building, every arch verified       -> published (index if multi-arch)
                        building, transient, budget left    -> retrying
                        building, permanent or budget spent -> failed
+    unsigned           building, signing failed for good   -> failed (never published unsigned)
     hand_refusal       a person's build or retry           -> building (not while building,
                                                               nor published without --force)
 
@@ -36,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from releasebot.domain.attestation import Verification
 from releasebot.domain.builds import (
     BuildRecord,
     BuildRequest,
@@ -315,16 +317,39 @@ def settle(
     return Change(given_up, Decision(Action.FAILED, record.tag, why + summary), event)
 
 
-def published(publish: Publish, digest: str, *, now: datetime, rules: LifecycleRules) -> Change:
-    """The tag is published with ``digest`` (the image's, or the index's)."""
+def published(
+    publish: Publish,
+    digest: str,
+    *,
+    now: datetime,
+    rules: LifecycleRules,
+    signature: Verification | None = None,
+) -> Change:
+    """The tag is published with ``digest`` (the image's, or the index's). ``signature``:
+    what re-reading its attachments verified, when images are signed (the event names its
+    key); one verified for another digest signs nothing, so the tag is ``unsigned``."""
+    if signature is not None and signature.digest != digest:
+        return unsigned(publish, f"verified {signature.digest} instead", now=now, rules=rules)
     record = mark_published(publish.record, digest, now)
-    event = build_event(EventKind.TAG_PUBLISHED, record, now, publish.builds, rules.max_attempts)
-    return Change(record, Decision(Action.PUBLISHED, record.tag, digest), event)
+    signed_by = None if signature is None else signature.fingerprint
+    builds, most = publish.builds, rules.max_attempts
+    event = build_event(EventKind.TAG_PUBLISHED, record, now, builds, most, signed_by=signed_by)
+    detail = digest if signed_by is None else f"{digest}, signed by {signed_by}"
+    return Change(record, Decision(Action.PUBLISHED, record.tag, detail), event)
 
 
 def index_refused(publish: Publish, error: str, *, now: datetime, rules: LifecycleRules) -> Change:
     """The registry refused the index for good (e.g. a per-arch image gone): a human looks."""
-    why = f"cannot publish the index: {error}"
+    return _refused(publish, f"cannot publish the index: {error}", now, rules)
+
+
+def unsigned(publish: Publish, error: str, *, now: datetime, rules: LifecycleRules) -> Change:
+    """Signing failed for good (a broken key, a refused push, attachments that do not verify):
+    the tag is neither published unsigned nor called signed; a human looks."""
+    return _refused(publish, f"not signed, so not published: {error}", now, rules)
+
+
+def _refused(publish: Publish, why: str, now: datetime, rules: LifecycleRules) -> Change:
     record = replace(publish.record, state=TargetState.FAILED, last_error=why, updated_at=now)
     event = build_event(
         EventKind.BUILD_FAILED, record, now, publish.builds, rules.max_attempts, why

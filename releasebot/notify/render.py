@@ -9,7 +9,8 @@ message the same way.
 Payload keys read (all optional; what is missing is left out): builds (``reconcile``)
 ``driver_version``, ``flatcar_version``, ``flatcar_channel``, ``kernel_release``,
 ``arches``, ``jobs``, ``attempt``, ``max_attempts``, ``digest``, ``arch_digests``
-(``"amd64 sha256:…"``), ``error``, ``log_tail``, ``next_attempt_at`` (ISO 8601); feeds
+(``"amd64 sha256:…"``), ``error``, ``log_tail``, ``next_attempt_at`` (ISO 8601),
+``signed_by`` (the key fingerprint, only once the signature was verified); feeds
 ``error``, ``failing_since`` (ISO 8601), ``consecutive_failures``.
 
 Every interpolated value is escaped for mrkdwn (``&<>``) and every text is trimmed to
@@ -151,6 +152,9 @@ def _published_lines(tag: str, state: Mapping[str, object], repository: str) -> 
     if per_arch:
         lines.append("*Per arch*")
         lines.extend(f"• `{_escape(item)}`" for item in per_arch)
+    signed_by = _text(state, "signed_by")
+    if signed_by:
+        lines.append(f"*Signed* :lock: key `{_escape(signed_by)}` (SBOM and provenance attached)")
     return lines
 
 
@@ -201,6 +205,8 @@ def _summary(event: Event, state: Mapping[str, object], repository: str) -> str:
     elif kind is EventKind.TAG_PUBLISHED:
         digest = _text(state, "digest")
         text = f"Published {repository}:{subject}" + (f"@{digest}" if digest else "")
+        signed_by = _text(state, "signed_by")
+        text += f", signed by {signed_by}" if signed_by else ""
     elif kind is EventKind.BUILD_RETRYING:
         next_at = _time(state, "next_attempt_at")
         text = f"Retrying {subject}: {attempt.lower()} failed ({reason})"

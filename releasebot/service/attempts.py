@@ -13,8 +13,11 @@ run again converges:
 What a fact means is decided in the domain (``domain.builds`` judges one Job's end,
 ``domain.lifecycle`` what an attempt's end means for the target); this module fetches the
 facts (the Job's status, the registry's digest and labels, the inputs' servers), saves
-each decision in one transaction and reports it. Deliberately not here: which targets to
-launch and when (``service.reconcile``).
+each decision in one transaction and reports it. When images are signed, publishing makes
+one more call: the ``Attestor`` signs the digest, attaches the SBOM and provenance and
+verifies them read back; ``lifecycle.published`` and ``lifecycle.unsigned`` say what the
+answer means. Deliberately not here: which targets to launch and when
+(``service.reconcile``), and how signatures are made (the ``Attestor``'s adapter).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from releasebot.domain import lifecycle
+from releasebot.domain.attestation import Verification, attestation_request
 from releasebot.domain.builds import (
     BuildRecord,
     BuildRequest,
@@ -51,7 +55,7 @@ from releasebot.domain.errors import (
 )
 from releasebot.domain.lifecycle import Change, LifecycleRules, Publish
 from releasebot.domain.models import Target, TargetRecord, TargetState
-from releasebot.domain.ports import ArtifactSource, JobLauncher, Registry, StateStore
+from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
 from releasebot.service.report import CycleReport
@@ -82,6 +86,7 @@ class Attempts:
         options: ReconcileOptions,
         dry_run: bool,
         artifacts: ArtifactSource | None,
+        attestor: Attestor | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -90,6 +95,8 @@ class Attempts:
         self._options = options
         self._dry_run = dry_run
         self._artifacts = artifacts
+        self._attestor = attestor
+        """Signs what is published; ``None``: images are published unsigned."""
         self._ready_args: dict[tuple[str, Arch], BuildArgs] = {}
         """What the inputs told each (tag, arch) (e.g. ``GCC_MAJOR``), for its build args."""
 
@@ -282,7 +289,28 @@ class Attempts:
             return None
         except ReleasebotError as error:  # e.g. a per-arch manifest gone: needs a human
             return lifecycle.index_refused(publish, str(error), now=now, rules=self._options)
-        return lifecycle.published(publish, digest, now=now, rules=self._options)
+        if self._attestor is None:
+            return lifecycle.published(publish, digest, now=now, rules=self._options)
+        try:
+            signature = self._sign(publish, digest, self._attestor)
+        except TemporaryError as error:  # the registry is down: sign again next cycle
+            report.errors.append(str(error))
+            report.decide(Action.SIGNING_POSTPONED, publish.record.tag, str(error))
+            return None
+        except ReleasebotError as error:  # a broken key, a refused push, a failed check
+            return lifecycle.unsigned(publish, str(error), now=now, rules=self._options)
+        return lifecycle.published(
+            publish, digest, now=now, rules=self._options, signature=signature
+        )
+
+    def _sign(self, publish: Publish, digest: str, attestor: Attestor) -> Verification:
+        """Sign ``digest`` (and, for an index, each arch), attach the SBOM and provenance,
+        then read it all back and verify it against the public key. Both calls are
+        idempotent, so signing again after a crash or a postponement adds nothing."""
+        target = publish.record.target
+        builds = [(b, self._request(target, b.arch, b.attempt)) for b in publish.builds]
+        attestor.attest(attestation_request(self._registry.repository, target, digest, builds))
+        return attestor.verify(digest)
 
     # -- saving and cleaning up ----------------------------------------------------------
 

@@ -24,7 +24,7 @@ from releasebot.domain.decisions import Action
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
 from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.ports import ArtifactSource, JobLauncher, Registry, StateStore
+from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch
 from releasebot.service.attempts import Attempts, ReconcileOptions
 from releasebot.service.plan import PlanService
@@ -52,6 +52,7 @@ class ReconcileService:
         options: ReconcileOptions = _DEFAULT_OPTIONS,
         dry_run: bool = False,
         artifacts: ArtifactSource | None = None,
+        attestor: Attestor | None = None,
     ) -> None:
         self._planner = planner
         self._store = store
@@ -67,6 +68,7 @@ class ReconcileService:
             options=options,
             dry_run=dry_run,
             artifacts=artifacts,
+            attestor=attestor,
         )
         self._tags: set[str] = set()
 

@@ -8,7 +8,9 @@ wiring has no cycle):
 - ``slack``: outbox delivery, the HTTP slash command and Socket Mode, as ``RunHooks``;
 - ``hooks``: ``RunHooks``, what features plug into ``run``; ``guard``: the database's
   cycle guard as one process shares it, and the replica's name;
-- ``core``: the stores, feeds, registry, cluster launcher and the reconcile service.
+- ``core``: the stores, feeds, registry, cluster launcher and the reconcile service;
+- ``signing``: the signing key, the attestor and ``releasebot verify``'s check, from the
+  ``[signing]`` settings (the cryptography and SBOM libraries load only when called).
 
 The CLI imports from here (and ``releasebot run`` from ``wiring.run``, which only that
 command loads); nothing here connects at import time.
@@ -25,6 +27,7 @@ from releasebot.wiring.core import (
     recipe_manifest,
     reconcile_service,
     utc_now,
+    verify_tag,
 )
 from releasebot.wiring.guard import guarded, run_identity
 
@@ -41,4 +44,5 @@ __all__ = [
     "reconcile_service",
     "run_identity",
     "utc_now",
+    "verify_tag",
 ]

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
+from releasebot.domain.attestation import Verification
 from releasebot.domain.errors import ConfigError
 from releasebot.domain.ports import JobLauncher, Registry, StateStore
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
@@ -32,6 +33,7 @@ from releasebot.store.dryrun import DryRunStore
 from releasebot.store.engine import make_engine
 from releasebot.store.memory import MemoryStateStore
 from releasebot.store.sql import SqlStateStore
+from releasebot.wiring.signing import make_attestor, verify_published
 
 
 def utc_now() -> datetime:
@@ -236,6 +238,9 @@ def reconcile_service(
         http,
         plan_service(settings, on_outcome, dry_run=dry_run, engine=engine) as planner,
     ):
+        attestor = None
+        if cluster and not dry_run:
+            attestor = make_attestor(settings, registry, http)
         yield ReconcileService(
             planner=planner,
             store=planner.store,
@@ -245,7 +250,14 @@ def reconcile_service(
             options=reconcile_options(settings),
             dry_run=dry_run,
             artifacts=artifacts,
+            attestor=attestor,
         )
+
+
+def verify_tag(settings: Settings, tag: str) -> Verification:
+    """``releasebot verify TAG``: check the tag's signatures, SBOM and provenance."""
+    with closing(make_registry(settings)) as registry:
+        return verify_published(settings, registry, tag)
 
 
 def demo_registry(settings: Settings) -> Registry:

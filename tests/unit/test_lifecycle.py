@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from releasebot.domain.attestation import Verification
 from releasebot.domain.builds import (
     BuildRecord,
     BuildState,
@@ -40,6 +41,7 @@ from releasebot.domain.lifecycle import (
     published,
     settle,
     start_attempt,
+    unsigned,
 )
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.readiness import Readiness
@@ -293,6 +295,47 @@ def test_a_multi_arch_attempt_needs_an_index_and_a_refused_index_is_a_failure() 
     assert change.event is not None
     assert change.event.kind is EventKind.BUILD_FAILED
     assert change.event.payload["arch_digests"] == [f"amd64 {DIGEST}", f"arm64 {ARM_DIGEST}"]
+
+
+def signed(digest: str) -> Verification:
+    return Verification(digest, "sha256:" + "f" * 64, (digest,), 6, 4)
+
+
+def test_a_verified_signature_publishes_the_tag_and_names_the_key() -> None:
+    target = record(TargetState.BUILDING, attempts=1)
+    outcome = settle(target, builds_of(target, BuildState.SUCCEEDED), now=T0, rules=RULES)
+    assert isinstance(outcome, Publish)
+    change = published(outcome, DIGEST, now=T0, rules=RULES, signature=signed(DIGEST))
+    assert change.record.state is TargetState.PUBLISHED
+    assert change.event is not None
+    assert change.event.kind is EventKind.TAG_PUBLISHED
+    assert change.event.payload["signed_by"] == "sha256:" + "f" * 64
+    plain = published(outcome, DIGEST, now=T0, rules=RULES)
+    assert plain.event is not None
+    assert plain.event.payload["signed_by"] is None
+
+
+def test_signing_refused_or_verified_for_another_digest_is_a_failure_never_published() -> None:
+    target = record(TargetState.BUILDING, attempts=1)
+    outcome = settle(target, builds_of(target, BuildState.SUCCEEDED), now=T0, rules=RULES)
+    assert isinstance(outcome, Publish)
+    refused = unsigned(outcome, "signing key k: not a PEM file", now=T0, rules=RULES)
+    other = published(outcome, DIGEST, now=T0, rules=RULES, signature=signed(ARM_DIGEST))
+    for change in (refused, other):
+        assert change.record.state is TargetState.FAILED
+        assert change.record.digest is None
+        assert change.record.last_error is not None
+        assert change.record.last_error.startswith("not signed, so not published: ")
+        assert change.event is not None
+        assert change.event.kind is EventKind.BUILD_FAILED
+        assert change.event.payload["signed_by"] is None
+        assert change.decision is not None
+        assert change.decision.action is Action.FAILED
+    assert (
+        refused.record.last_error == "not signed, so not published: signing key k: not a PEM file"
+    )
+    assert other.record.last_error is not None
+    assert ARM_DIGEST in other.record.last_error
 
 
 def test_a_transient_failure_with_budget_left_retries_after_a_backoff() -> None:
