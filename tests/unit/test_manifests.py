@@ -403,6 +403,7 @@ def test_example_secrets_hold_only_placeholders() -> None:
         "releasebot-registry",
         "releasebot-slack",
         "releasebot-database",
+        "releasebot-signing",
     }
     for secret in secrets:
         assert "data" not in secret  # base64 would hide what the value is
