@@ -73,7 +73,9 @@ def make_attestor(settings: Settings, registry: Registry, http: httpx.Client) ->
         key=key_file.load,
         public=public,
         builder=Builder(__version__, settings.kaniko.executor_image, settings.kaniko.context),
-        materials=HttpMaterialSource(http, artifacts),
+        # The inputs' digests come from where the readiness gate found them; a recipe that
+        # fetches from elsewhere (check_inputs off) gets a provenance without them.
+        materials=HttpMaterialSource(http, artifacts) if settings.recipe.check_inputs else None,
     )
 
 
