@@ -19,17 +19,14 @@ read (``releasebot/signing/formats.py``):
 Signatures are deterministic (RFC 6979), so attaching the same facts again pushes the same
 bytes: ``attest`` is idempotent and a retry after a crash adds nothing.
 
-``verify`` trusts nothing it attached: it reads everything back from the registry, checks
-every signature against the PUBLIC key, every payload against the digest it claims, and
-parses the SBOM and provenance with their libraries.
+``verify`` is ``SignatureVerifier``'s (``signing/verifier.py``): it trusts nothing it
+attached and reads everything back from the registry.
 
 Deliberately not here: deleting old attachments, keyless signing, Rekor.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import threading
@@ -37,8 +34,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from releasebot.domain.attestation import Attestation, AttestationRequest, Material, Verification
-from releasebot.domain.errors import SigningError, VerificationError
-from releasebot.domain.ports import ArtifactRegistry, MaterialSource, StoredManifest
+from releasebot.domain.errors import SigningError
+from releasebot.domain.ports import ArtifactRegistry, MaterialSource
 from releasebot.signing import (
     CYCLONEDX,
     CYCLONEDX_PREDICATE,
@@ -47,22 +44,14 @@ from releasebot.signing import (
     IN_TOTO,
     PREDICATE_ANNOTATION,
     REFERRER_PREDICATE_ANNOTATION,
-    SIGNATURE_ANNOTATION,
-    SIMPLE_SIGNING,
     SLSA_PROVENANCE,
 )
 from releasebot.signing import formats as oci
 from releasebot.signing.documents import Builder, render_provenance, render_sbom
 from releasebot.signing.keys import SigningKey, VerifyingKey
+from releasebot.signing.verifier import SignatureVerifier, layer_verifies, read_layers
 
 log = logging.getLogger("releasebot.signing")
-
-MAX_LAYERS = 64
-"""Signature or attestation layers looked at per manifest: a registry cannot make a
-verification walk thousands of blobs."""
-MAX_REFERRERS = 64
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json")  # fmt: skip
 
 
 class RegistryAttestor:
@@ -82,6 +71,7 @@ class RegistryAttestor:
         self._public = public
         self._builder = builder
         self._materials = materials
+        self._verifier = SignatureVerifier(artifacts, public)
         self._told_fallback = False
         self._lock = threading.Lock()
 
@@ -169,8 +159,8 @@ class RegistryAttestor:
 
     def _is_ours(self, layer: dict[str, Any], payload: bytes) -> bool:
         """An older layer with the same payload signed by this key (replaced, not doubled)."""
-        return layer.get("digest") == oci.sha256_digest(payload) and self._layer_verifies(
-            layer, payload
+        return layer.get("digest") == oci.sha256_digest(payload) and layer_verifies(
+            self._public, layer, payload
         )
 
     def _attach_attestations(self, digest: str, envelopes: Sequence[tuple[bytes, str]]) -> None:
@@ -246,171 +236,12 @@ class RegistryAttestor:
         self._artifacts.push_manifest(tag, oci.OCI_MANIFEST, body)
 
     def _layers(self, tag: str) -> list[dict[str, Any]]:
-        stored = self._artifacts.manifest(tag)
-        if stored is None:
-            return []
-        try:
-            return oci.manifest_layers(stored.body)[:MAX_LAYERS]
-        except ValueError:
-            return []  # not ours to read: replaced by a valid one
+        return read_layers(self._artifacts, tag)
 
     # -- verifying ---------------------------------------------------------------------
 
     def verify(self, reference: str) -> Verification:
-        top = self._artifacts.manifest(reference)
-        if top is None:
-            raise VerificationError(f"{self._artifacts.repository}:{reference}: no such tag")
-        digests = [top.digest, *self._children(top)]
-        for digest in digests:
-            self._check_signature(digest)
-        listing = self._listing(top.digest)
-        materials = self._check_provenance(top.digest, listing)
-        components = self._check_sbom(top.digest, listing)
-        return Verification(top.digest, self.fingerprint, tuple(digests), components, materials)
-
-    def _children(self, stored: StoredManifest) -> list[str]:
-        if stored.media_type not in INDEX_TYPES:
-            return []
-        try:
-            return [str(item["digest"]) for item in oci.index_manifests(stored.body)]
-        except ValueError as error:
-            raise VerificationError(f"{stored.digest}: {error}") from None
-
-    def _check_signature(self, digest: str) -> None:
-        for layer in self._layers(oci.signature_tag(digest)):
-            if layer.get("mediaType") != SIMPLE_SIGNING:
-                continue
-            payload = self._artifacts.blob(str(layer["digest"]))
-            if payload is None:
-                continue
-            try:
-                reference, signed = oci.parse_simple_signing(payload)
-            except ValueError:
-                continue
-            if (
-                signed == digest
-                and reference == self._artifacts.repository
-                and self._layer_verifies(layer, payload)
-            ):
-                return
-        raise VerificationError(
-            f"{self._artifacts.repository}@{digest}: no valid signature by {self.fingerprint}"
-        )
-
-    def _layer_verifies(self, layer: dict[str, Any], payload: bytes) -> bool:
-        encoded = (layer.get("annotations") or {}).get(SIGNATURE_ANNOTATION)
-        if not isinstance(encoded, str) or not encoded:
-            return False
-        try:
-            signature = base64.b64decode(encoded, validate=True)
-        except (ValueError, binascii.Error):
-            return False
-        return self._public.verify(signature, payload)
-
-    def _listing(self, digest: str) -> list[dict[str, Any]]:
-        """The referrers of ``digest``: the referrers API's answer, else the referrers tag."""
-        body = self._artifacts.referrers(digest)
-        if body is None:
-            stored = self._artifacts.manifest(oci.referrers_tag(digest))
-            body = stored.body if stored is not None else None
-        if body is None:
-            return []
-        try:
-            return oci.index_manifests(body)[:MAX_REFERRERS]
-        except ValueError as error:
-            raise VerificationError(f"referrers of {digest}: {error}") from None
-
-    def _referrer_contents(
-        self, listing: Sequence[dict[str, Any]], artifact_type: str
-    ) -> list[bytes]:
-        found = []
-        for entry in listing:
-            if entry.get("artifactType") != artifact_type:
-                continue
-            stored = self._artifacts.manifest(str(entry["digest"]))
-            if stored is None:
-                continue
-            try:
-                layers = oci.manifest_layers(stored.body)
-            except ValueError:
-                continue
-            blob = self._artifacts.blob(str(layers[0]["digest"])) if layers else None
-            if blob is not None:
-                found.append(blob)
-        return found
-
-    def _check_provenance(self, digest: str, listing: Sequence[dict[str, Any]]) -> int:
-        for envelope in self._referrer_contents(listing, IN_TOTO):
-            statement = self._open_envelope(envelope, digest, SLSA_PROVENANCE)
-            if statement is None:
-                continue
-            try:
-                from google.protobuf import json_format
-                from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
-
-                parsed = json_format.ParseDict(statement["predicate"], provenance_pb2.Provenance())
-            except (json_format.ParseError, KeyError, TypeError):
-                continue
-            return len(parsed.build_definition.resolved_dependencies)
-        raise VerificationError(f"{digest}: no provenance signed by {self.fingerprint}")
-
-    def _check_sbom(self, digest: str, listing: Sequence[dict[str, Any]]) -> int:
-        signed = self._signed_predicates(digest, CYCLONEDX_PREDICATE)
-        for blob in self._referrer_contents(listing, CYCLONEDX):
-            try:
-                document = oci.parse_object(blob, "SBOM")
-            except ValueError:
-                continue
-            if document not in signed:
-                continue  # an SBOM the key never vouched for
-            from cyclonedx.model.bom import Bom
-
-            try:
-                bom = Bom.from_json(document)  # type: ignore[attr-defined]
-            except Exception as error:  # noqa: BLE001 - the library raises many kinds
-                log.debug("SBOM of %s does not parse: %s", digest, type(error).__name__)
-                continue
-            component = bom.metadata.component
-            if component is not None and str(component.bom_ref) == digest:
-                return len(bom.components)
-        raise VerificationError(f"{digest}: no SBOM attested by {self.fingerprint}")
-
-    def _signed_predicates(self, digest: str, predicate_type: str) -> list[Any]:
-        """Predicates of ``predicate_type`` in ``.att`` whose envelope the key signed."""
-        found = []
-        for layer in self._layers(oci.attestation_tag(digest)):
-            annotations = layer.get("annotations") or {}
-            if annotations.get(PREDICATE_ANNOTATION) != predicate_type:
-                continue
-            envelope = self._artifacts.blob(str(layer["digest"]))
-            statement = (
-                None if envelope is None else self._open_envelope(envelope, digest, predicate_type)
-            )
-            if statement is not None:
-                found.append(statement.get("predicate"))
-        return found
-
-    def _open_envelope(
-        self, envelope: bytes, digest: str, predicate_type: str
-    ) -> dict[str, Any] | None:
-        """The statement in a DSSE envelope the key signed, about ``digest``; else None."""
-        try:
-            payload_type, payload, signatures = oci.parse_dsse(envelope)
-            statement = oci.parse_object(payload, "statement")
-        except ValueError:
-            return None
-        if payload_type != IN_TOTO or statement.get("predicateType") != predicate_type:
-            return None
-        signed = oci.pae(payload_type, payload)
-        if not any(self._public.verify(sig, signed) for sig in signatures[:MAX_LAYERS]):
-            return None
-        subjects = statement.get("subject")
-        hexes = (
-            {s.get("digest", {}).get("sha256") for s in subjects if isinstance(s, dict)}
-            if isinstance(subjects, list)
-            else set()
-        )
-        return statement if digest.removeprefix("sha256:") in hexes else None
+        return self._verifier.verify(reference)
 
 
 def _envelope(key: SigningKey, statement: bytes) -> bytes:
