@@ -34,6 +34,12 @@ log = logging.getLogger("releasebot.signing")
 
 def make_attestor(settings: Settings, registry: Registry, http: httpx.Client) -> Attestor | None:
     """The attestor for ``registry``; ``None`` (and one warning) when signing is off."""
+    signing = settings.signing
+    if not signing.enabled:
+        log.warning(
+            "images are published UNSIGNED: no signing key is configured (signing.key_file)"
+        )
+        return None
     from releasebot.registry.artifacts import OrasArtifacts
     from releasebot.registry.oras import OrasRegistry
     from releasebot.signing.attestor import RegistryAttestor
@@ -42,12 +48,6 @@ def make_attestor(settings: Settings, registry: Registry, http: httpx.Client) ->
     from releasebot.sources.artifacts import HttpArtifactSource
     from releasebot.sources.materials import HttpMaterialSource
 
-    signing = settings.signing
-    if not signing.enabled:
-        log.warning(
-            "images are published UNSIGNED: no signing key is configured (signing.key_file)"
-        )
-        return None
     if not isinstance(registry, OrasRegistry):
         return None  # an in-memory registry (demo): nothing to attach to
     key_file = KeyFile(signing.key_file, signing.password_bytes)
