@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 from releasebot.domain.builds import BuildRecord, BuildRequest, JobStatus
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.fleet import ParsedNode
+from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -23,6 +25,7 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
+from releasebot.domain.operator import DriverSource
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
 
@@ -186,6 +189,19 @@ class StateStore(Protocol):
         """Set (or with ``None`` clear) a named flag, e.g. ``paused``; ``events`` are
         appended to the outbox in the same transaction."""
 
+    # -- fleet history -------------------------------------------------------------------
+
+    def record_fleet(self, nodes: Sequence[ParsedNode], now: datetime) -> None:
+        """One listing of the fleet, in one transaction: a node in the same state as its
+        latest record moves that record's ``last_seen_at``; a new node or a new state
+        gets a new record (``fleet_records.diff_fleet``). Unlisted nodes are kept."""
+
+    def fleet_nodes(self) -> list[FleetRecord]:
+        """The latest record of every node ever seen, by name."""
+
+    def fleet_history(self, name: str) -> list[FleetRecord]:
+        """Every record of one node, oldest first."""
+
 
 class Registry(Protocol):
     """One repository in one OCI registry (``repository`` is ``host[:port]/path``).
@@ -277,3 +293,42 @@ class LeaderElector(Protocol):
 
     def close(self) -> None:
         """Release connections; the elector is not used afterwards."""
+
+
+@dataclass(frozen=True)
+class CrdAbsent:
+    """The API server serves no such resource: its CustomResourceDefinition is not installed."""
+
+    resource: str
+    """``plural.group``, e.g. ``clusterpolicies.nvidia.com``."""
+
+
+@dataclass(frozen=True)
+class NodeListing:
+    """Every Node the fleet selector names, parsed, in the API server's order."""
+
+    nodes: tuple[ParsedNode, ...]
+    requests: int
+    """API calls the listing took (pages, plus a restart after an expired continue token)."""
+
+
+class FleetSource(Protocol):
+    """Reads the fleet and the GPU Operator's configuration from the cluster (read-only).
+
+    Raises ``ClusterForbiddenError`` when RBAC refuses a list (naming what to grant),
+    ``ClusterUnavailableError`` when the API server cannot be reached after the adapter's
+    bounded retries, ``ClusterRejectedError`` for other refusals. A resource type the
+    server does not know is ``CrdAbsent``, not an error: the GPU Operator is optional.
+    """
+
+    def nodes(self) -> NodeListing:
+        """Every selected Node, all pages, each parsed by ``fleet.parse_node``."""
+
+    def cluster_policies(self) -> tuple[DriverSource, ...] | CrdAbsent:
+        """The driver part of every ClusterPolicy (``nvidia.com/v1``)."""
+
+    def nvidia_drivers(self) -> tuple[DriverSource, ...] | CrdAbsent:
+        """Every NVIDIADriver (``nvidia.com/v1alpha1``)."""
+
+    def close(self) -> None:
+        """Release connections; the adapter is not used afterwards."""

@@ -22,6 +22,8 @@ from typing import TypeVar
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.errors import StoreError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.fleet import ParsedNode
+from releasebot.domain.fleet_records import FleetRecord, diff_fleet
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -84,6 +86,9 @@ class MemoryStateStore:
         self._outbox: list[_Row] = []
         self._refs: dict[str, MessageRef] = {}
         self._flags: dict[str, str] = {}
+        self._fleet: list[FleetRecord] = []
+        """Fleet history rows in insertion order, as the SQL table's ids give them."""
+        self._fleet_latest: dict[str, int] = {}
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._lock:
@@ -301,6 +306,30 @@ class MemoryStateStore:
                 self._flags[name] = value
             for event in stored:
                 self._outbox.append(_Row(len(self._outbox) + 1, event))
+
+    # -- fleet history -------------------------------------------------------------------
+
+    def record_fleet(self, nodes: Sequence[ParsedNode], now: datetime) -> None:
+        now = _utc(now)
+        with self._lock:
+            latest = {name: self._fleet[index].state for name, index in self._fleet_latest.items()}
+            diff = diff_fleet(latest, nodes)
+            for name in diff.touched:
+                index = self._fleet_latest[name]
+                self._fleet[index] = replace(self._fleet[index], last_seen_at=now)
+            for state in diff.inserts:
+                if state.ignored_reason is not None:
+                    state = replace(state, ignored_reason=fit_error(state.ignored_reason))
+                self._fleet_latest[state.name] = len(self._fleet)
+                self._fleet.append(FleetRecord(state, now, now))
+
+    def fleet_nodes(self) -> list[FleetRecord]:
+        with self._lock:
+            return [self._fleet[self._fleet_latest[name]] for name in sorted(self._fleet_latest)]
+
+    def fleet_history(self, name: str) -> list[FleetRecord]:
+        with self._lock:
+            return [record for record in self._fleet if record.name == name]
 
     def _row(self, event_id: int) -> _Row | None:
         """The outbox row with ``event_id`` (ids are positions plus one, never reused)."""
