@@ -308,8 +308,8 @@ class NodeListing:
     """Every Node the fleet selector names, parsed, in the API server's order."""
 
     nodes: tuple[ParsedNode, ...]
-    requests: int
-    """API calls the listing took (pages, plus a restart after an expired continue token)."""
+    restarts: int = 0
+    """How often the listing started over (an expired continue token mid-listing)."""
 
 
 class FleetSource(Protocol):

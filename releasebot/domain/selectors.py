@@ -87,6 +87,10 @@ class LabelSelector:
             requirement = _requirement(match)
             if requirement.operator in (Operator.IN, Operator.NOT_IN) and "" in requirement.values:
                 raise ConfigError(key, f"empty value in the set of {requirement.key!r}")
+            if any(known.key == requirement.key for known in requirements):
+                raise ConfigError(
+                    key, f"label {requirement.key!r} appears twice (use 'in' or 'notin')"
+                )
             requirements.append(requirement)
             if match["end"] == "," and position >= len(stripped):
                 raise ConfigError(key, "a label selector may not end with ','")

@@ -50,7 +50,19 @@ def test_requirements_are_kept_for_the_api_server() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["a=b,", "=b", "a in ()", "a in (b,)", "a b", 'a="b"', "a=b c", "-a=b", "a/=b", "x" * 1025],
+    [
+        "a=b,",
+        "=b",
+        "a in ()",
+        "a in (b,)",
+        "a b",
+        'a="b"',
+        "a=b c",
+        "-a=b",
+        "a/=b",
+        "a!=b,a!=c",
+        "x" * 1025,
+    ],
 )
 def test_malformed_selectors_are_config_errors(text: str) -> None:
     with pytest.raises(ConfigError, match=r"^config: fleet\.node_selector: "):
