@@ -16,9 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from releasebot.domain.fleet import FleetNode, ParsedNode
+from releasebot.domain.fleet import NAME_MAX_CHARS, FleetNode, ParsedNode
 
-NAME_MAX_CHARS = 253
 KERNEL_MAX_CHARS = 80
 ARCH_MAX_CHARS = 32
 REASON_MAX_CHARS = 1000

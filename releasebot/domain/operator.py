@@ -120,11 +120,31 @@ class DriverSource:
 
 
 @dataclass(frozen=True)
+class CrdAbsent:
+    """The API server serves no such resource: its CustomResourceDefinition is not installed."""
+
+    resource: str
+    """``plural.group``, e.g. ``clusterpolicies.nvidia.com``."""
+
+
+@dataclass(frozen=True)
 class OperatorView:
     """The GPU Operator's objects; ``None`` for a kind whose CRD is not installed."""
 
     cluster_policies: tuple[DriverSource, ...] | None
     nvidia_drivers: tuple[DriverSource, ...] | None
+
+    @classmethod
+    def of(
+        cls,
+        cluster_policies: tuple[DriverSource, ...] | CrdAbsent,
+        nvidia_drivers: tuple[DriverSource, ...] | CrdAbsent,
+    ) -> OperatorView:
+        """The view from what a ``FleetSource`` answered."""
+        return cls(
+            None if isinstance(cluster_policies, CrdAbsent) else cluster_policies,
+            None if isinstance(nvidia_drivers, CrdAbsent) else nvidia_drivers,
+        )
 
 
 class DriverMode(enum.StrEnum):

@@ -25,7 +25,7 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
-from releasebot.domain.operator import DriverSource
+from releasebot.domain.operator import CrdAbsent, DriverSource
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
 
@@ -293,14 +293,6 @@ class LeaderElector(Protocol):
 
     def close(self) -> None:
         """Release connections; the elector is not used afterwards."""
-
-
-@dataclass(frozen=True)
-class CrdAbsent:
-    """The API server serves no such resource: its CustomResourceDefinition is not installed."""
-
-    resource: str
-    """``plural.group``, e.g. ``clusterpolicies.nvidia.com``."""
 
 
 @dataclass(frozen=True)

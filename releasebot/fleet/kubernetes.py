@@ -42,8 +42,13 @@ from releasebot.domain.errors import (
     ClusterUnavailableError,
 )
 from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, parse_node
-from releasebot.domain.operator import DriverSource, parse_cluster_policy, parse_nvidia_driver
-from releasebot.domain.ports import CrdAbsent, NodeListing
+from releasebot.domain.operator import (
+    CrdAbsent,
+    DriverSource,
+    parse_cluster_policy,
+    parse_nvidia_driver,
+)
+from releasebot.domain.ports import NodeListing
 from releasebot.domain.selectors import LabelSelector, Operator
 from releasebot.domain.untrusted import clean
 

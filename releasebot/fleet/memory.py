@@ -14,8 +14,13 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, parse_node
-from releasebot.domain.operator import DriverSource, parse_cluster_policy, parse_nvidia_driver
-from releasebot.domain.ports import CrdAbsent, NodeListing
+from releasebot.domain.operator import (
+    CrdAbsent,
+    DriverSource,
+    parse_cluster_policy,
+    parse_nvidia_driver,
+)
+from releasebot.domain.ports import NodeListing
 from releasebot.domain.selectors import LabelSelector
 
 RawObject = Mapping[str, object]

@@ -20,13 +20,14 @@ import pytest
 
 from releasebot.domain.fleet import parse_node
 from releasebot.domain.operator import (
+    CrdAbsent,
     DriverMode,
     OperatorView,
     parse_cluster_policy,
     parse_nvidia_driver,
     resolve_images,
 )
-from releasebot.domain.ports import CrdAbsent, FleetSource
+from releasebot.domain.ports import FleetSource
 from releasebot.domain.selectors import LabelSelector
 from releasebot.fleet.kubernetes import KubernetesFleetSource
 from releasebot.fleet.memory import MemoryFleetSource
@@ -147,6 +148,9 @@ def test_absent_crds_are_an_answer_not_an_error(make: Make) -> None:
     source = make(raw_nodes())
     assert source.cluster_policies() == CrdAbsent("clusterpolicies.nvidia.com")
     assert source.nvidia_drivers() == CrdAbsent("nvidiadrivers.nvidia.com")
+    view = OperatorView.of(source.cluster_policies(), source.nvidia_drivers())
+    assert view == OperatorView(None, None)
+    assert resolve_images(source.nodes().nodes, view, "r.test/x/driver").mode is DriverMode.NONE
 
 
 def test_installed_crds_without_objects_are_empty(make: Make) -> None:
@@ -166,12 +170,9 @@ def test_operator_objects_come_back_parsed(make: Make) -> None:
 
 def test_what_a_source_reads_feeds_the_operator_rules(make: Make) -> None:
     source = make(raw_nodes(), policies=[raw_policy()], drivers=[])
-    policies, drivers = source.cluster_policies(), source.nvidia_drivers()
-    assert not isinstance(policies, CrdAbsent)
-    assert not isinstance(drivers, CrdAbsent)
-    result = resolve_images(
-        source.nodes().nodes, OperatorView(policies, drivers), "registry.example.test/gpu/driver"
-    )
+    view = OperatorView.of(source.cluster_policies(), source.nvidia_drivers())
+    assert view == OperatorView((parse_cluster_policy(raw_policy()),), ())
+    result = resolve_images(source.nodes().nodes, view, "registry.example.test/gpu/driver")
     assert result.mode is DriverMode.CLUSTER_POLICY
     assert {image.node for image in result.images} == {
         "gpu-a10g-0",

@@ -28,7 +28,7 @@ from releasebot.domain.errors import (
     ClusterUnavailableError,
 )
 from releasebot.domain.fleet import FleetNode, IgnoredNode
-from releasebot.domain.ports import CrdAbsent
+from releasebot.domain.operator import CrdAbsent
 from releasebot.domain.selectors import LabelSelector
 from releasebot.fleet.kubernetes import KubernetesFleetSource
 from tests.support.kubeapi import FakeKubeApi
@@ -278,5 +278,25 @@ def test_the_fake_patches_nodes_as_the_api_server_does(kube_api: FakeKubeApi) ->
         assert json_patch.status_code == 415
         bad_token = client.get("/api/v1/nodes", params={"limit": "1", "continue": "not-a-token"})
         assert (bad_token.status_code, bad_token.json()["reason"]) == (400, "BadRequest")
+    finally:
+        client.close()
+
+
+def test_rbac_refusals_apply_to_any_resource_and_subresource(kube_api: FakeKubeApi) -> None:
+    client = httpx2.Client(
+        base_url=kube_api.url, headers={"Authorization": f"Bearer {kube_api.token}"}
+    )
+    try:
+        kube_api.fleet.forbid("get", "pods/log")
+        kube_api.fleet.forbid("create", "jobs", "batch")
+        log = client.get("/api/v1/namespaces/builds/pods/p/log")
+        assert (log.status_code, log.json()["reason"]) == (403, "Forbidden")
+        assert log.json()["message"] == (
+            'pods "p" is forbidden: User "system:serviceaccount:releasebot:releasebot" cannot '
+            'get resource "pods/log" in API group "" in the namespace "builds"'
+        )
+        job = client.post("/apis/batch/v1/namespaces/builds/jobs", json={"metadata": {"name": "j"}})
+        assert job.status_code == 403
+        assert client.get("/apis/batch/v1/namespaces/builds/jobs").status_code == 200
     finally:
         client.close()

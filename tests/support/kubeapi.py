@@ -613,7 +613,12 @@ class _Emulator(kmock.KubernetesEmulator):
         method = request.method.value if request.method is not None else ""
         params = dict(request.params)
         verb = verb_of(method, request.name, params)
-        refusal = self.fake.fleet.refusal(verb, resource.group, resource.plural, request.namespace)
+        plural = resource.plural  # RBAC names subresources "pods/log"
+        if request.subresource:
+            plural = f"{plural}/{request.subresource}"
+        refusal = self.fake.fleet.refusal(
+            verb, resource.group, plural, request.namespace, request.name
+        )
         if refusal is not None:
             return _json(*refusal)
         if not self.fake.fleet.serves(resource.group, resource.version, resource.plural):

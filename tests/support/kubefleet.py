@@ -162,7 +162,10 @@ class FakeFleet:
     def serves(self, group: str, version: str, plural: str) -> bool:
         return (group, version, plural) in _KINDS or group == "nvidia.com"
 
-    def refusal(self, verb: str, group: str, plural: str, namespace: str | None) -> Answer | None:
+    def refusal(
+        self, verb: str, group: str, plural: str, namespace: str | None, name: str | None = None
+    ) -> Answer | None:
+        """The 403 for a request RBAC refuses (``plural`` may be ``pods/log``), else ``None``."""
         with self._lock:
             refused = any(
                 rule.verb == verb and rule.group == group and rule.plural == plural
@@ -170,13 +173,16 @@ class FakeFleet:
             )
         if not refused:
             return None
-        qualified = f"{plural}.{group}" if group else plural
+        base = plural.split("/", 1)[0]
+        qualified = f"{base}.{group}" if group else base
+        named = f'{qualified} "{name}"' if name else qualified
         where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
         message = (
-            f'{qualified} is forbidden: User "{USER}" cannot {verb} resource "{plural}" in '
+            f'{named} is forbidden: User "{USER}" cannot {verb} resource "{plural}" in '
             f'API group "{group}" {where}'
         )
-        return status(403, "Forbidden", message, group=group, kind=plural)
+        details = {"group": group, "kind": base, **({"name": name} if name else {})}
+        return status(403, "Forbidden", message, **details)
 
     def answer(
         self,
