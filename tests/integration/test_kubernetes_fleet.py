@@ -47,12 +47,12 @@ def many_nodes(count: int) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def sleeps() -> list[float]:
+def sleeps() -> list[timedelta]:
     return []
 
 
 @pytest.fixture
-def source(kube_api: FakeKubeApi, sleeps: list[float]) -> Iterator[KubernetesFleetSource]:
+def source(kube_api: FakeKubeApi, sleeps: list[timedelta]) -> Iterator[KubernetesFleetSource]:
     fleet = KubernetesFleetSource(kube_api.client(), page_size=10, sleep=sleeps.append)
     yield fleet
     fleet.close()
@@ -159,7 +159,7 @@ def test_nodes_not_found_is_not_a_missing_crd(
 
 
 def test_unauthorized_is_permanent(
-    kube_api: FakeKubeApi, source: KubernetesFleetSource, sleeps: list[float]
+    kube_api: FakeKubeApi, source: KubernetesFleetSource, sleeps: list[timedelta]
 ) -> None:
     kube_api.fail_requests(None, status=401, reason="Unauthorized", message="Unauthorized")
     with pytest.raises(ClusterRejectedError, match="refused releasebot's credentials"):
@@ -168,12 +168,12 @@ def test_unauthorized_is_permanent(
 
 
 def test_a_flaky_api_server_is_retried(
-    kube_api: FakeKubeApi, source: KubernetesFleetSource, sleeps: list[float]
+    kube_api: FakeKubeApi, source: KubernetesFleetSource, sleeps: list[timedelta]
 ) -> None:
     kube_api.fleet.add_nodes(*many_nodes(3))
     kube_api.fail_requests(2, status=503, plural="nodes")
     assert len(source.nodes().nodes) == 3
-    assert sleeps == [1.0, 2.0]
+    assert sleeps == [timedelta(seconds=1), timedelta(seconds=2)]
 
 
 @pytest.mark.parametrize("body", ["status", "text", "none", "bad-json"])
@@ -200,7 +200,7 @@ def test_throttling_carries_retry_after(
     assert caught.value.retry_after == timedelta(seconds=30)
 
 
-def test_an_api_server_that_is_gone_is_unavailable(sleeps: list[float]) -> None:
+def test_an_api_server_that_is_gone_is_unavailable(sleeps: list[timedelta]) -> None:
     with FakeKubeApi() as api:
         client = api.client(timeout=2.0)
     source = KubernetesFleetSource(client, sleep=sleeps.append)  # the port is closed now
@@ -210,7 +210,7 @@ def test_an_api_server_that_is_gone_is_unavailable(sleeps: list[float]) -> None:
     finally:
         source.close()
     assert isinstance(caught.value.__cause__, httpx2.HTTPError)
-    assert sleeps == [1.0, 2.0]
+    assert sleeps == [timedelta(seconds=1), timedelta(seconds=2)]
 
 
 def test_a_garbage_node_is_ignored_not_fatal(
