@@ -336,7 +336,17 @@ def _print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> No
     if not targets:
         out.write("no targets\n")
         return
-    header = ("TAG", "DRIVER", "FLATCAR", "CHANNEL", "KERNEL", "ARCHES", "STATE", "DIGEST")
+    header = (
+        "TAG",
+        "DRIVER",
+        "FLATCAR",
+        "CHANNEL",
+        "KERNEL",
+        "ARCHES",
+        "REASON",
+        "STATE",
+        "DIGEST",
+    )
     rows = [header] + [
         (
             r.tag,
@@ -345,12 +355,17 @@ def _print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> No
             r.target.flatcar_channel,
             r.target.kernel,
             ",".join(r.target.arches),
+            r.target.reason_text or "by hand",
             r.state.value,
             _short_digest(r.digest),
         )
         for r in targets
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    _write_table(rows, out)
+
+
+def _write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         out.write("  ".join(cells).rstrip() + "\n")
@@ -373,6 +388,7 @@ def _target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
         "kernel": target.kernel,
         "kernel_release": target.kernel_release,
         "arches": [arch.value for arch in target.arches],
+        "reasons": target.reason_text.split(",") if target.reasons else [],
         "state": record.state.value,
         "next": next_step(record, now).value,
         "digest": record.digest,

@@ -34,9 +34,11 @@ from releasebot.domain.models import (
     FeedState,
     FlatcarRelease,
     Target,
+    TargetReason,
     TargetRecord,
     TargetState,
     Validators,
+    reasons_text,
 )
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
@@ -464,6 +466,7 @@ def _target_values(record: TargetRecord) -> Values:
         "flatcar_channel": target.flatcar_channel,
         "kernel": target.kernel,
         "arches": join_arches(target.arches),
+        "reasons": reasons_text(target.reasons),
         "state": record.state.value,
         "required": record.required,
         "first_planned_at": record.first_planned_at,
@@ -486,6 +489,7 @@ def _target_record(row: Row[Any]) -> TargetRecord:
             flatcar_channel=row.flatcar_channel,
             kernel=row.kernel,
             arches=split_arches(row.arches),
+            reasons=TargetReason.parse_all(row.reasons),
         )
         state = TargetState(row.state)
     except (ReleasebotError, ValueError) as error:  # a row no version of releasebot wrote

@@ -177,6 +177,8 @@ targets = Table(
     Column("flatcar_channel", Text, nullable=False),
     Column("kernel", Text, nullable=False),
     Column("arches", Text, nullable=False),
+    # Why it must exist (``channel``, ``fleet``, ``pending-reboot``), comma-separated.
+    Column("reasons", Text, nullable=False, server_default=""),
     Column("state", Text, nullable=False),
     Column("required", Boolean, nullable=False),
     Column("first_planned_at", UtcDateTime, nullable=False),

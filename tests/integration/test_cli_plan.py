@@ -99,6 +99,7 @@ def test_plan_prints_json_targets(
     assert first["flatcar_channel"] == "stable"
     assert first["kernel"] == "6.12.102"
     assert first["arches"] == ["amd64", "arm64"]
+    assert first["reasons"] == ["channel"]
     assert first["state"] == "missing"  # the registry is empty
     assert targets[2]["flatcar_channel"] == "lts"
     # one progress line per feed on stderr
@@ -127,6 +128,7 @@ def test_plan_table_and_quiet(
         "CHANNEL",
         "KERNEL",
         "ARCHES",
+        "REASON",
         "STATE",
         "DIGEST",
     ]
@@ -137,6 +139,7 @@ def test_plan_table_and_quiet(
         "stable",
         "6.12.102",
         "amd64,arm64",
+        "channel",
         "missing",
     ]
     assert len(lines) == 5

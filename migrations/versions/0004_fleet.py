@@ -1,4 +1,4 @@
-"""Fleet history: which node ran which Flatcar version, kernel and arch, and when.
+"""The fleet: which node ran which Flatcar version, kernel and arch, and when; why a target exists.
 
 Revision ID: 0004
 Revises: 0003
@@ -7,6 +7,10 @@ Create Date: 2026-12-01
 ``fleet_nodes`` keeps one row per node and state (version, kernel, arch, GPU, pending
 version, ignored reason); a listing that finds a node unchanged only moves its latest row's
 ``last_seen_at``. The index on ``name`` serves "latest row per node" and one node's history.
+
+``targets.reasons`` says why a target must exist (``channel``, ``fleet``,
+``pending-reboot``, comma-separated). Every target required before this revision was the
+channel policy's; targets no longer required keep no reason.
 """
 
 from __future__ import annotations
@@ -38,8 +42,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_fleet_nodes"),
     )
     op.create_index("ix_fleet_nodes_name", "fleet_nodes", ["name"])
+    with op.batch_alter_table("targets") as batch:
+        batch.add_column(sa.Column("reasons", sa.Text(), nullable=False, server_default=""))
+    targets = sa.table("targets", sa.column("reasons", sa.Text), sa.column("required", sa.Boolean))
+    op.execute(targets.update().where(targets.c.required.is_(True)).values(reasons="channel"))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("targets") as batch:
+        batch.drop_column("reasons")
     op.drop_index("ix_fleet_nodes_name", table_name="fleet_nodes")
     op.drop_table("fleet_nodes")
