@@ -62,6 +62,9 @@ NO_NEW_VERSION = "0.0.0"
 """update_engine's NewVersion when no update is downloaded: nothing pending."""
 DEFAULT_GATE_ANNOTATION = "releasebot.io/driver-image-ready"
 """The annotation FLUO's ``--before-reboot-annotations`` waits for, set by releasebot."""
+GATE_VERSION_ANNOTATION = "releasebot.io/driver-image-ready-version"
+"""Beside the gate annotation: the pending Flatcar version it was set for. FLUO deletes the
+gate annotation when it proceeds; a gate whose version is not the pending one is stale."""
 NAME_MAX_CHARS = 253
 """A Node name is a DNS subdomain: at most 253 characters."""
 LABELS_MAX = 512
@@ -112,6 +115,10 @@ class FleetNode:
     fluo: FluoState
     gate: str | None
     """The value of releasebot's reboot-gate annotation, if set."""
+    gate_version: str | None = None
+    """The pending version the gate annotation was set for (``GATE_VERSION_ANNOTATION``)."""
+    resource_version: str | None = field(default=None, compare=False)
+    """``metadata.resourceVersion`` as listed: a patch of the gate is sent on this condition."""
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
     """The node's well-formed labels, for matching NVIDIADriver node selectors."""
     notes: tuple[str, ...] = ()
@@ -228,6 +235,8 @@ def parse_node(raw: object, *, gate_annotation: str = DEFAULT_GATE_ANNOTATION) -
         arch=arch,
         fluo=fluo,
         gate=clean(raw_annotations.get(gate_annotation), limit=63),
+        gate_version=clean(raw_annotations.get(GATE_VERSION_ANNOTATION), limit=63),
+        resource_version=clean(meta.get("resourceVersion"), limit=63),
         labels=MappingProxyType(_valid_labels(raw_labels)),
         notes=(*notes, *fluo_notes),
     )

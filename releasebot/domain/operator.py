@@ -170,6 +170,9 @@ class NodeImage:
     ours: bool = False
     """The reference is in releasebot's repository (else: reported, never built)."""
     problem: str | None = None
+    version: str = ""
+    """The deciding object's driver ``version`` as written (a release, a branch, a digest)."""
+    precompiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -278,7 +281,14 @@ def _by_cluster_policy(
         if other is not None and other != reference:
             others.append(other)
     return NodeImage(
-        node.name, policy.label, reference, tuple(others), policy.is_ours(repository), problem
+        node.name,
+        policy.label,
+        reference,
+        tuple(others),
+        policy.is_ours(repository),
+        problem,
+        policy.version,
+        policy.precompiled,
     )
 
 
@@ -299,13 +309,21 @@ def _by_nvidia_driver(
         )
     driver = chosen[0]
     ours = driver.is_ours(repository)
-    if node.os_tag is None:
-        why = (
-            "no NFD os_release labels: the operator puts the node in no pool and deploys no driver"
-        )
-        return NodeImage(node.name, driver.label, None, ours=ours, problem=why)
-    reference, problem = driver.reference(node.os_tag, node.kernel)
-    return NodeImage(node.name, driver.label, reference, ours=ours, problem=problem)
+    reference: str | None = None
+    problem: str | None = (
+        "no NFD os_release labels: the operator puts the node in no pool and deploys no driver"
+    )
+    if node.os_tag is not None:
+        reference, problem = driver.reference(node.os_tag, node.kernel)
+    return NodeImage(
+        node.name,
+        driver.label,
+        reference,
+        ours=ours,
+        problem=problem,
+        version=driver.version,
+        precompiled=driver.precompiled,
+    )
 
 
 def _none(nodes: Sequence[FleetNode], why: str) -> tuple[NodeImage, ...]:
