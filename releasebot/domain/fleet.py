@@ -65,6 +65,8 @@ DEFAULT_GATE_ANNOTATION = "releasebot.io/driver-image-ready"
 GATE_VERSION_ANNOTATION = "releasebot.io/driver-image-ready-version"
 """Beside the gate annotation: the pending Flatcar version it was set for. FLUO deletes the
 gate annotation when it proceeds; a gate whose version is not the pending one is stale."""
+LIST_PAGE_SIZE = 500
+"""Nodes per list call: kubectl's default chunk; 5,000 nodes take 10 calls."""
 NAME_MAX_CHARS = 253
 """A Node name is a DNS subdomain: at most 253 characters."""
 LABELS_MAX = 512

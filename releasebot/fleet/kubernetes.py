@@ -30,7 +30,7 @@ from lightkube.core.client import LabelValue
 from lightkube.generic_resource import create_global_resource
 
 from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
-from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, parse_node
+from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, LIST_PAGE_SIZE, parse_node
 from releasebot.domain.operator import (
     CrdAbsent,
     DriverSource,
@@ -42,8 +42,7 @@ from releasebot.domain.selectors import LabelSelector, Operator
 from releasebot.edge.kube import Answered, Permission, kube_call
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 
-DEFAULT_PAGE_SIZE = 500
-"""Nodes per list call: kubectl's default chunk; 5,000 nodes take 10 calls."""
+DEFAULT_PAGE_SIZE = LIST_PAGE_SIZE
 DEFAULT_MAX_NODES = 50_000
 """Twice the largest cluster Kubernetes supports (5,000 nodes is its tested limit; some
 run 15,000+): more than this means a runaway listing, not a fleet."""
