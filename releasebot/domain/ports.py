@@ -324,3 +324,25 @@ class FleetSource(Protocol):
 
     def close(self) -> None:
         """Release connections; the adapter is not used afterwards."""
+
+
+class NodeAnnotator(Protocol):
+    """Writes the reboot gate's two annotations on Nodes: the one write releasebot makes to
+    a Node, and only with ``fleet.gate`` on (``domain.gate`` decides what to write).
+
+    Raises ``ClusterForbiddenError`` when RBAC refuses (``patch`` on ``nodes``: the
+    ``reboot-gate`` component), ``ClusterUnavailableError`` after the adapter's retries,
+    ``ClusterRejectedError`` for other refusals.
+    """
+
+    def open_gate(self, node: str, version: str, resource_version: str | None) -> bool:
+        """Set the gate annotation to ``"true"`` and the version annotation to ``version``,
+        on the condition that the Node is still at ``resource_version`` (unconditionally
+        when ``None``). False when it changed since it was read, or is gone: the caller
+        decides again from a fresh listing, next cycle."""
+
+    def close_gate(self, node: str) -> None:
+        """Remove both annotations (a Node without them, or gone, needs nothing)."""
+
+    def close(self) -> None:
+        """Release connections; the adapter is not used afterwards."""

@@ -4,7 +4,9 @@ For the demo's simulated fleet, dry runs and tests. It behaves as ``KubernetesFl
 does against a real API server, and the same contract suite checks both: Nodes come in
 name order (etcd's key order), filtered by the same ``LabelSelector``, each parsed by
 ``parse_node``; a GPU Operator kind given as ``None`` is a CRD that is not installed.
-The objects are kept as the JSON-shaped dicts an API server would send.
+The objects are kept as the JSON-shaped dicts an API server would send. It is also a
+``NodeAnnotator`` over those objects (``resourceVersion`` checked and bumped as an API
+server does), so a simulated fleet shows the reboot gate opening.
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, parse_node
+from releasebot.domain.fleet import (
+    DEFAULT_GATE_ANNOTATION,
+    GATE_VERSION_ANNOTATION,
+    parse_node,
+)
 from releasebot.domain.operator import (
     CrdAbsent,
     DriverSource,
@@ -41,15 +48,22 @@ class MemoryFleetSource:
         self._lock = threading.Lock()
         self._selector = selector or LabelSelector()
         self._gate_annotation = gate_annotation
-        self._nodes: list[RawObject] = []
+        self._nodes: list[dict[str, Any]] = []
+        self._revision = 1
         self._policies: list[RawObject] | None = None
         self._drivers: list[RawObject] | None = None
         self.set_nodes(nodes)
         self.set_operator(cluster_policies, nvidia_drivers)
 
     def set_nodes(self, nodes: Sequence[RawObject]) -> None:
+        """Replace the Nodes; each gets a new ``resourceVersion``, as a write to the API
+        server gives it."""
         with self._lock:
             self._nodes = [copy.deepcopy(dict(node)) for node in nodes]
+            for node in self._nodes:
+                metadata = node.setdefault("metadata", {})
+                if isinstance(metadata, dict):
+                    self._bump(metadata)
 
     def set_operator(
         self,
@@ -88,8 +102,47 @@ class MemoryFleetSource:
             return CrdAbsent("nvidiadrivers.nvidia.com")
         return tuple(parse_nvidia_driver(driver) for driver in sorted(drivers, key=_name))
 
+    def open_gate(self, node: str, version: str, resource_version: str | None) -> bool:
+        with self._lock:
+            found = self._node(node)
+            if found is None:
+                return False
+            metadata = found.setdefault("metadata", {})
+            if resource_version is not None and metadata.get("resourceVersion") != resource_version:
+                return False
+            annotations = metadata.setdefault("annotations", {})
+            annotations[self._gate_annotation] = "true"
+            annotations[GATE_VERSION_ANNOTATION] = version
+            self._bump(metadata)
+            return True
+
+    def close_gate(self, node: str) -> None:
+        with self._lock:
+            found = self._node(node)
+            if found is None:
+                return
+            metadata = found.setdefault("metadata", {})
+            annotations = metadata.get("annotations")
+            if isinstance(annotations, dict):
+                annotations.pop(self._gate_annotation, None)
+                annotations.pop(GATE_VERSION_ANNOTATION, None)
+            self._bump(metadata)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        """A copy of the Node object named ``name``, as it stands now."""
+        with self._lock:
+            found = self._node(name)
+            return None if found is None else copy.deepcopy(found)
+
     def close(self) -> None:
         """Nothing to release."""
+
+    def _node(self, name: str) -> dict[str, Any] | None:
+        return next((n for n in self._nodes if _name(n) == name), None)
+
+    def _bump(self, metadata: dict[str, Any]) -> None:
+        self._revision += 1
+        metadata["resourceVersion"] = str(self._revision)
 
 
 def _metadata(obj: RawObject) -> Mapping[str, object]:
