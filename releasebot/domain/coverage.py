@@ -223,3 +223,42 @@ def _exposures(nodes: Iterable[NodeCoverage]) -> tuple[Exposure, ...]:
             )
         )
     return tuple(exposures)
+
+
+def coverage_json(coverage: Coverage) -> dict[str, object]:
+    """The one JSON shape of a coverage (``releasebot fleet --format json``, the demo)."""
+
+    def image(item: ImageCoverage) -> dict[str, object]:
+        return {
+            "tag": item.tag,
+            "flatcar_version": item.flatcar.text,
+            "pending": item.pending,
+            "verdict": item.verdict.value,
+            "state": None if item.state is None else item.state.value,
+            "problem": item.problem,
+        }
+
+    return {
+        "counts": {verdict.value: count for verdict, count in coverage.counts().items()},
+        "nodes": [
+            {
+                "name": node.name,
+                "arch": node.arch.value,
+                "flatcar_version": node.version.text,
+                "verdict": node.verdict.value,
+                "pending_version": None
+                if node.pending_version is None
+                else node.pending_version.text,
+                "pending_verdict": None
+                if node.pending_verdict is None
+                else node.pending_verdict.value,
+                "before_reboot": node.before_reboot,
+                "source": node.source,
+                "note": node.note,
+                "images": [image(item) for item in node.images],
+            }
+            for node in coverage.nodes
+        ],
+        "ignored": [{"name": node.name, "reason": node.reason} for node in coverage.ignored],
+        "exposed": [exposure.key for exposure in coverage.exposures],
+    }

@@ -18,6 +18,7 @@ from releasebot.wiring.core import (
     db_current,
     db_downgrade,
     db_upgrade,
+    demo_fleet_source,
     demo_registry,
     demo_settings,
     open_store,
@@ -25,6 +26,7 @@ from releasebot.wiring.core import (
     recipe_manifest,
     reconcile_service,
     utc_now,
+    with_fleet,
 )
 from releasebot.wiring.guard import guarded, run_identity
 
@@ -32,6 +34,7 @@ __all__ = [
     "db_current",
     "db_downgrade",
     "db_upgrade",
+    "demo_fleet_source",
     "demo_registry",
     "demo_settings",
     "guarded",
@@ -41,4 +44,5 @@ __all__ = [
     "reconcile_service",
     "run_identity",
     "utc_now",
+    "with_fleet",
 ]

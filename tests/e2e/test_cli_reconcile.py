@@ -160,7 +160,7 @@ def test_build_by_hand(
     [
         ("580.1; rm -rf /", "4593.2.5", "is not an NVIDIA driver version"),
         ("580.178.04", "4593.2.5$(reboot)", "is not a Flatcar version"),
-        ("580.178.04", "4593.2.99", "Flatcar 4593.2.99 is not in any configured channel"),
+        ("580.178.04", "4593.2.99", "Flatcar 4593.2.99 is in no Flatcar feed releasebot reads"),
         ("580.999.01", "4593.2.5", "driver 580.999.01 is not in the NVIDIA feed"),
     ],
 )
