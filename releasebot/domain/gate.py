@@ -15,6 +15,8 @@ answers for each node ``decide_gates`` says:
   never opens on doubt;
 - close it (remove both annotations) when it no longer holds: the pending version changed
   since it was opened, an image it vouched for is gone, or FLUO is not waiting any more.
+  A gate annotation without the version annotation was set by a person: it is theirs, and
+  left alone (FLUO deletes it when it reboots the node).
 
 Deliberately not here: writing the annotations (the ``NodeAnnotator`` adapter) and the
 order builds run in (``lifecycle.launch_order`` puts these images first).
@@ -69,7 +71,7 @@ def decide_gates(
             decisions.append(
                 GateDecision(node.name, GateMove.OPEN, why, version, node.resource_version)
             )
-        elif not ready and (is_set or node.gate_version is not None):
+        elif not ready and node.gate_version is not None:  # releasebot's own: it goes
             decisions.append(GateDecision(node.name, GateMove.CLOSE, why))
         else:
             decisions.append(GateDecision(node.name, None, why, version))

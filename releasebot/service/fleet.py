@@ -172,9 +172,11 @@ class FleetService:
                     continue
             except ClusterForbiddenError as error:  # the same for every node: say it once
                 outcome.errors.append(f"reboot gate: {error}")
+                log.warning("reboot gate: %s", error)
                 return
             except ReleasebotError as error:
                 outcome.errors.append(f"reboot gate of {decision.node}: {error}")
+                log.warning("reboot gate of %s: %s", decision.node, error)
                 continue
             outcome.applied.append(decision)
             log.info(

@@ -169,6 +169,11 @@ def test_the_gate_closes_when_the_pending_version_changes_or_the_image_goes() ->
     assert gates({}, rebooted) == [("gpu-0", GateMove.CLOSE, "-")]
 
 
+def test_a_gate_a_person_opened_is_theirs() -> None:
+    by_hand = waiting(gate="true")  # kubectl annotate, no version annotation
+    assert gates({PENDING: TargetState.BUILDING}, by_hand) == [("gpu-0", None, "4593.2.5")]
+
+
 def test_a_node_without_gpu_opens_at_once_and_idle_nodes_are_left_alone() -> None:
     cpu = gpu_node("cpu-0", "4593.2.4", gpu=False, pending="4593.2.5", before_reboot=True)
     idle = gpu_node("gpu-1", "4593.2.4")
