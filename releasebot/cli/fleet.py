@@ -77,13 +77,9 @@ def _fleet_plan(
 
 
 def coverage_of(report: CycleReport) -> Coverage | None:
-    """The coverage of a plan's fleet by its targets' states; ``None`` without a fleet."""
-    from releasebot.domain.coverage import fleet_coverage
+    from releasebot.service.reconcile import ReconcileService
 
-    if report.plan is None or report.plan.fleet is None:
-        return None
-    records = report.targets or report.plan.targets
-    return fleet_coverage(report.plan.fleet, {record.tag: record for record in records})
+    return ReconcileService.coverage(report)
 
 
 def _cmd_fleet(args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], None]) -> int:

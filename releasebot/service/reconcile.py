@@ -21,6 +21,7 @@ from datetime import datetime
 
 from releasebot.domain import lifecycle
 from releasebot.domain.builds import arch_tag
+from releasebot.domain.coverage import Coverage, fleet_coverage
 from releasebot.domain.decisions import Action
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
 from releasebot.domain.lifecycle import LifecycleRules
@@ -115,6 +116,15 @@ class ReconcileService:
         plan = report.plan = self._planner.plan()
         self._check(plan.targets, report, read_digests=True, digest_reads=digest_reads)
         return report
+
+    @staticmethod
+    def coverage(report: CycleReport) -> Coverage | None:
+        """The fleet's coverage by the targets of ``report`` (a ``plan()``'s or a cycle's);
+        ``None`` without a fleet. The query ``releasebot fleet`` and the demo answer from."""
+        if report.plan is None or report.plan.fleet is None:
+            return None
+        records = report.targets or report.plan.targets
+        return fleet_coverage(report.plan.fleet, {record.tag: record for record in records})
 
     def launch_plan(
         self, targets: Sequence[TargetRecord], urgent: Collection[str] = ()
