@@ -93,8 +93,10 @@ class Watcher:
         return sample
 
     def next_cycle(self, timeout: float) -> tuple[float, float, float]:
-        """Wait for the next completed cycle: (its wall seconds, raw CPU, window seconds)."""
-        first = self.samples[-1] if self.samples else self.scrape()
+        """Wait for the next cycle to complete: (its wall seconds, raw CPU, window seconds).
+
+        The next one from now: an older sample may already be behind a completed cycle."""
+        first = self.scrape()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             time.sleep(SCRAPE_EVERY)
@@ -108,13 +110,14 @@ class Watcher:
                 return duration, now[1] - before[1], now[0] - before[0]
         raise RuntimeError(f"no cycle completed within {timeout} s")
 
-    def idle_rate(self, seconds: float) -> float:
-        """CPU seconds per second while no cycle runs (measured right after a cycle)."""
+    def idle_rate(self, seconds: float) -> float | None:
+        """CPU seconds per second while no cycle runs (measured right after a cycle);
+        ``None`` when a cycle completed meanwhile (a loaded machine starts them late)."""
         start = self.scrape()
         time.sleep(seconds)
         end = self.scrape()
         if end[2] != start[2]:
-            raise RuntimeError("a cycle ran during the idle measurement; raise the interval")
+            return None
         return (end[1] - start[1]) / (end[0] - start[0])
 
 
@@ -179,9 +182,15 @@ def main() -> int:
                 timeout=interval * 6,
                 what="every target published",
             )
-            watcher.next_cycle(timeout=interval * 3)  # a cycle after the last change
             window = interval * 0.6
-            idle = watcher.idle_rate(window)
+            for _ in range(3):  # right after a cycle that follows the last change
+                watcher.next_cycle(timeout=interval * 3)
+                measured = watcher.idle_rate(window)
+                if measured is not None:
+                    break
+            else:
+                raise RuntimeError("a cycle ran during every idle measurement; raise the interval")
+            idle = measured
             if idle:
                 print(f"idle between cycles: {idle * 1000:.1f} ms CPU per second ({idle:.2%})")
             else:

@@ -21,7 +21,9 @@ from urllib.parse import urlsplit
 
 from releasebot.builders import kaniko
 from releasebot.domain.errors import ConfigError, InvalidOptionError
+from releasebot.domain.fleet import FLUO_PREFIX, GATE_VERSION_ANNOTATION
 from releasebot.domain.policy import is_flatcar_channel
+from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch, is_driver_branch
 from releasebot.edge.retry import MAX_RETRIES
 
@@ -274,6 +276,26 @@ def one_of(*choices: str) -> Check:
         return value
 
     return check
+
+
+def label_selector(key: str, value: str) -> str:
+    """A Kubernetes label selector (``kubectl -l`` syntax); empty selects every node."""
+    LabelSelector.parse(value, key=key)
+    return value
+
+
+_QUALIFIED_NAME_RE = re.compile(
+    r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+
+
+def annotation_key(key: str, value: str) -> str:
+    """An annotation name (``prefix/name``) that is releasebot's to write on Nodes."""
+    if _QUALIFIED_NAME_RE.fullmatch(value) is None or len(value) > 253 + 1 + 63:
+        raise ConfigError(key, f"{value!r} is not an annotation name (e.g. example.com/ready)")
+    if value == GATE_VERSION_ANNOTATION or value.startswith(FLUO_PREFIX):
+        raise ConfigError(key, f"{value!r} is not releasebot's to set")
+    return value
 
 
 _FINGERPRINT_RE = re.compile(r"[0-9A-F]{40}")

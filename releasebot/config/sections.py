@@ -22,8 +22,10 @@ from releasebot.builders.recipe import CONFIGMAP_NAME
 from releasebot.config import rules
 from releasebot.config.rules import Seconds, redact_url, setting
 from releasebot.domain.errors import ConfigError, InvalidOptionError
+from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, LIST_PAGE_SIZE
 from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
+from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch
 from releasebot.edge.retry import RetryPolicy
 from releasebot.registry import DEFAULT_TIMEOUT as REGISTRY_TIMEOUT
@@ -282,6 +284,26 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class FleetSettings:
+    """The GPU nodes, read from the cluster every cycle; the optional reboot gate."""
+
+    enabled: bool = setting(False)
+    """Build for every Flatcar version a GPU node runs or will reboot into (reads Nodes and
+    the GPU Operator's objects: the ClusterRole ``releasebot-node-reader``)."""
+    node_selector: str = setting("", rules.label_selector)
+    """Nodes to read (``kubectl -l`` syntax); empty: every node."""
+    page_size: int = setting(LIST_PAGE_SIZE, rules.between(10, 5000))
+    gate: bool = setting(False)
+    """Hold FLUO's reboots until the node's next image is verified (patches Nodes: the
+    ``reboot-gate`` component)."""
+    gate_annotation: str = setting(DEFAULT_GATE_ANNOTATION, rules.annotation_key)
+
+    @property
+    def selector(self) -> LabelSelector:
+        return LabelSelector.parse(self.node_selector, key="fleet.node_selector")
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     flatcar: FlatcarSettings = field(default_factory=FlatcarSettings)
@@ -295,6 +317,7 @@ class Settings:
     recipe: RecipeSettings = field(default_factory=RecipeSettings)
     run: RunSettings = field(default_factory=RunSettings)
     signing: SigningSettings = field(default_factory=SigningSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
 
     def policy(self) -> Policy:
         return Policy(
@@ -366,6 +389,7 @@ SECTIONS: dict[str, type[Any]] = {
     "recipe": RecipeSettings,
     "run": RunSettings,
     "signing": SigningSettings,
+    "fleet": FleetSettings,
 }
 
 

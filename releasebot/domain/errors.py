@@ -24,6 +24,7 @@ Every error says what the caller does next by its branch::
         ├── RegistryAuthError        401/403 from the registry: credentials or rights
         ├── RegistryError            any other refusal by the registry (bad manifest…)
         ├── ClusterRejectedError     the API server refused a request (403, 422…)
+        │   └── ClusterForbiddenError    RBAC: names the verb and resource to grant
         ├── ChatRejectedError        Slack answered ok: false (token, scope, channel…)
         ├── SocketModeRejectedError  Slack refused the app token for Socket Mode
         ├── CommandError             a chat command that does not parse (says the usage)
@@ -124,6 +125,21 @@ class ClusterUnavailableError(TemporaryError):
 
 class ClusterRejectedError(PermanentError):
     """The Kubernetes API server refused a request (forbidden, invalid, quota)."""
+
+
+class ClusterForbiddenError(ClusterRejectedError):
+    """RBAC refused a request (403): the message names the verb and resource to grant."""
+
+    def __init__(self, verb: str, resource: str, group: str, detail: str = "") -> None:
+        api_group = group or "core"
+        super().__init__(
+            f"kubernetes: forbidden to {verb} {resource} ({api_group} API group): grant "
+            f"releasebot's ServiceAccount {verb!r} on {resource!r}"
+            + (f" ({detail})" if detail else "")
+        )
+        self.verb = verb
+        self.resource = resource
+        self.group = group
 
 
 class UnknownTargetError(PermanentError):

@@ -5,7 +5,8 @@ can neither lose it nor announce a change that was rolled back; delivery happens
 from the outbox, and never blocks a build.
 
 ``message_key`` groups the events of one build (a target's attempt): they edit one chat
-message in place, the first event posts it. Events of a feed group under the feed's name.
+message in place, the first event posts it. Events of a feed group under the feed's name,
+the fleet's under the alert's subject and start.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ class EventKind(enum.StrEnum):
     FEED_FAILING = "feed_failing"
     """A feed has failed for longer than the configured threshold."""
     FEED_RECOVERED = "feed_recovered"
+    FLEET_EXPOSED = "fleet_exposed"
+    """GPU nodes run, or will reboot into, a Flatcar version without a driver image."""
+    FLEET_COVERED = "fleet_covered"
+    FLEET_UNREADABLE = "fleet_unreadable"
+    """The fleet could not be listed: planning follows the channel policy meanwhile."""
+    FLEET_READABLE = "fleet_readable"
 
 
 @dataclass(frozen=True)

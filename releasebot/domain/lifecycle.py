@@ -5,9 +5,8 @@ the facts the service fetched (the target's record, its builds, what the registr
 inputs' servers said, the time) and returns a typed decision: the record as it becomes,
 what to log (a ``Decision``, its ``Action``: ``domain.decisions``) and what to tell (an
 ``Event``, its payload ``events.build_event``'s). The service only fetches facts, saves
-decisions (one transaction each) and keeps the order. The cycle,
-``/releasebot plan`` and ``missing``, the CLI and the metrics ask these same functions, so
-they cannot disagree::
+decisions (one transaction each) and keeps the order. The cycle, ``/releasebot plan`` and
+``missing``, the CLI and the metrics ask these same functions, so they cannot disagree::
 
     plan (store)       new target                         -> unknown
     check_registry     unknown, missing, waiting + tag     -> published
@@ -24,16 +23,15 @@ they cannot disagree::
     hand_refusal       a person's build or retry           -> building (not while building,
                                                               nor published without --force)
 
-A new input to a decision (e.g. a priority for nodes about to reboot) is a new argument of
-the function that makes it (``launch_order`` orders the due targets), never a copy of the
-rule elsewhere. Deliberately not here: I/O, the clock, and how a single Job's end is
-judged (``domain.builds``).
+A new input to a decision is a new argument of the function that makes it, never a copy of
+the rule elsewhere (``launch_order`` takes the tags nodes wait for at the reboot gate).
+Deliberately not here: I/O, the clock, and how a single Job's end is judged (``builds``).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -47,7 +45,7 @@ from releasebot.domain.builds import (
 )
 from releasebot.domain.decisions import Action, Decision
 from releasebot.domain.events import Event, EventKind, build_event
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.models import TargetReason, TargetRecord, TargetState
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
 
@@ -127,14 +125,21 @@ def is_due(record: TargetRecord, now: datetime) -> bool:
     return False
 
 
-def launch_order(records: Iterable[TargetRecord], now: datetime) -> list[TargetRecord]:
-    """The due targets in the order they are launched: the plan's (newest release first)."""
-    return [record for record in records if is_due(record, now)]
+def launch_order(
+    records: Iterable[TargetRecord], now: datetime, *, urgent: Collection[str] = ()
+) -> list[TargetRecord]:
+    """The due targets in launch order: ``urgent`` tags (nodes wait at the reboot gate for
+    them), then pending reboots, then the rest, each in plan order (newest first)."""
+
+    def rank(record: TargetRecord) -> int:
+        pending = TargetReason.PENDING_REBOOT in record.target.reasons
+        return 0 if record.tag in urgent else 1 if pending else 2
+
+    return sorted((record for record in records if is_due(record, now)), key=rank)
 
 
 def has_room(record: TargetRecord, running: int, rules: LifecycleRules) -> bool:
-    """Whether the target's Jobs fit beside the ``running`` ones. A target needing more Jobs
-    than the limit still starts when nothing runs, or it would never start."""
+    """Whether the target's Jobs fit beside the ``running`` ones (alone, any target fits)."""
     needed = len(record.target.arches)
     return not running or running + needed <= rules.max_concurrent_builds
 
@@ -149,13 +154,18 @@ class LaunchPlan:
 
 
 def launch_plan(
-    records: Iterable[TargetRecord], *, running: int, now: datetime, rules: LifecycleRules
+    records: Iterable[TargetRecord],
+    *,
+    running: int,
+    now: datetime,
+    rules: LifecycleRules,
+    urgent: Collection[str] = (),
 ) -> LaunchPlan:
     """The launches the cycle would make from ``records`` with ``running`` Jobs in flight,
     taking every input as published (only the cycle asks their servers)."""
     launch: list[TargetRecord] = []
     deferred: list[TargetRecord] = []
-    for record in launch_order(records, now):
+    for record in launch_order(records, now, urgent=urgent):
         if deferred or not has_room(record, running, rules):
             deferred.append(record)
             continue

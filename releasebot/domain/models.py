@@ -83,6 +83,32 @@ class FeedState:
     consecutive_failures: int
 
 
+class TargetReason(enum.StrEnum):
+    """Why a target must exist; a target may have several (``plan`` shows them all)."""
+
+    PENDING_REBOOT = "pending-reboot"
+    """A GPU node will reboot into its Flatcar version (FLUO's ``new-version``)."""
+    FLEET = "fleet"
+    """A GPU node runs its Flatcar version now."""
+    CHANNEL = "channel"
+    """The channel policy selects it (the newest ``keep`` releases of a channel)."""
+
+    @classmethod
+    def parse_all(cls, text: str) -> frozenset[TargetReason]:
+        """Reasons as the store keeps them (comma-separated); unknown names are dropped."""
+        known = {reason.value: reason for reason in cls}
+        return frozenset(known[part] for part in text.split(",") if part in known)
+
+
+REASON_ORDER = tuple(TargetReason)
+"""Strongest first: a target a node is about to reboot into matters most."""
+
+
+def reasons_text(reasons: frozenset[TargetReason]) -> str:
+    """``pending-reboot,fleet``: the reasons strongest first, as stored and shown."""
+    return ",".join(reason.value for reason in REASON_ORDER if reason in reasons)
+
+
 class TargetState(enum.StrEnum):
     """Where a target stands. See ``docs/architecture.md`` for the state machine."""
 
@@ -124,6 +150,8 @@ class Target:
     kernel: str
     """Upstream kernel version (``6.12.102``)."""
     arches: tuple[Arch, ...]
+    reasons: frozenset[TargetReason] = frozenset()
+    """Why it must exist; none for a target only a person asked for (``releasebot build``)."""
 
     def __post_init__(self) -> None:
         if not is_oci_tag(self.tag):
@@ -137,8 +165,14 @@ class Target:
             raise ValueError(f"target {self.tag} has no arch")
 
     @classmethod
-    def of(cls, driver: DriverRelease, flatcar: FlatcarRelease, arches: frozenset[Arch]) -> Target:
-        """The target of ``driver`` on ``flatcar`` for ``arches`` (the policy's choice)."""
+    def of(
+        cls,
+        driver: DriverRelease,
+        flatcar: FlatcarRelease,
+        arches: frozenset[Arch],
+        reasons: frozenset[TargetReason] = frozenset(),
+    ) -> Target:
+        """The target of ``driver`` on ``flatcar`` for ``arches``, for ``reasons``."""
         return cls(
             tag=image_tag(driver.version, flatcar.version),
             driver_version=driver.version,
@@ -147,6 +181,7 @@ class Target:
             flatcar_channel=flatcar.channel,
             kernel=flatcar.kernel,
             arches=sorted_arches(arches),
+            reasons=reasons,
         )
 
     @property
@@ -158,6 +193,10 @@ class Target:
     def multi_arch(self) -> bool:
         """Built as one image per arch joined by an OCI index."""
         return len(self.arches) > 1
+
+    @property
+    def reason_text(self) -> str:
+        return reasons_text(self.reasons)
 
 
 @dataclass(frozen=True)

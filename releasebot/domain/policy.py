@@ -11,10 +11,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from releasebot.domain.models import DriverRelease, FlatcarRelease, Target
+from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, TargetReason
 from releasebot.domain.versions import Arch
 
 FLATCAR_CHANNELS = ("stable", "beta", "alpha", "lts")
+_CHANNEL = frozenset({TargetReason.CHANNEL})
 _LTS_STREAM_RE = re.compile(r"lts-(20[0-9]{2})")
 
 
@@ -95,5 +96,5 @@ def plan_targets(
         for driver in selected_drivers:
             arches = release.arches & driver.arches & policy.flatcar.arches
             if arches:
-                targets.append(Target.of(driver, release, arches))
+                targets.append(Target.of(driver, release, arches, _CHANNEL))
     return targets

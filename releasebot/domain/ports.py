@@ -20,6 +20,8 @@ from releasebot.domain.attestation import (
 )
 from releasebot.domain.builds import BuildRecord, BuildRequest, JobStatus
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.fleet import ParsedNode
+from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -29,6 +31,7 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
+from releasebot.domain.operator import CrdAbsent, DriverSource
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
 
@@ -192,6 +195,19 @@ class StateStore(Protocol):
         """Set (or with ``None`` clear) a named flag, e.g. ``paused``; ``events`` are
         appended to the outbox in the same transaction."""
 
+    # -- fleet history -------------------------------------------------------------------
+
+    def record_fleet(self, nodes: Sequence[ParsedNode], now: datetime) -> None:
+        """One listing of the fleet, in one transaction: a node in the same state as its
+        latest record moves that record's ``last_seen_at``; a new node or a new state
+        gets a new record (``fleet_records.diff_fleet``). Unlisted nodes are kept."""
+
+    def fleet_nodes(self) -> list[FleetRecord]:
+        """The latest record of every node ever seen, by name."""
+
+    def fleet_history(self, name: str) -> list[FleetRecord]:
+        """Every record of one node, oldest first."""
+
 
 class Registry(Protocol):
     """One repository in one OCI registry (``repository`` is ``host[:port]/path``).
@@ -345,3 +361,56 @@ class Attestor(Protocol):
     def attest(self, request: AttestationRequest) -> Attestation: ...
 
     def verify(self, reference: str) -> Verification: ...
+
+
+@dataclass(frozen=True)
+class NodeListing:
+    """Every Node the fleet selector names, parsed, in the API server's order."""
+
+    nodes: tuple[ParsedNode, ...]
+    restarts: int = 0
+    """How often the listing started over (an expired continue token mid-listing)."""
+
+
+class FleetSource(Protocol):
+    """Reads the fleet and the GPU Operator's configuration from the cluster (read-only).
+
+    Raises ``ClusterForbiddenError`` when RBAC refuses a list (naming what to grant),
+    ``ClusterUnavailableError`` when the API server cannot be reached after the adapter's
+    bounded retries, ``ClusterRejectedError`` for other refusals. A resource type the
+    server does not know is ``CrdAbsent``, not an error: the GPU Operator is optional.
+    """
+
+    def nodes(self) -> NodeListing:
+        """Every selected Node, all pages, each parsed by ``fleet.parse_node``."""
+
+    def cluster_policies(self) -> tuple[DriverSource, ...] | CrdAbsent:
+        """The driver part of every ClusterPolicy (``nvidia.com/v1``)."""
+
+    def nvidia_drivers(self) -> tuple[DriverSource, ...] | CrdAbsent:
+        """Every NVIDIADriver (``nvidia.com/v1alpha1``)."""
+
+    def close(self) -> None:
+        """Release connections; the adapter is not used afterwards."""
+
+
+class NodeAnnotator(Protocol):
+    """Writes the reboot gate's two annotations on Nodes: the one write releasebot makes to
+    a Node, and only with ``fleet.gate`` on (``domain.gate`` decides what to write).
+
+    Raises ``ClusterForbiddenError`` when RBAC refuses (``patch`` on ``nodes``: the
+    ``reboot-gate`` component), ``ClusterUnavailableError`` after the adapter's retries,
+    ``ClusterRejectedError`` for other refusals.
+    """
+
+    def open_gate(self, node: str, version: str, resource_version: str | None) -> bool:
+        """Set the gate annotation to ``"true"`` and the version annotation to ``version``,
+        on the condition that the Node is still at ``resource_version`` (unconditionally
+        when ``None``). False when it changed since it was read, or is gone: the caller
+        decides again from a fresh listing, next cycle."""
+
+    def close_gate(self, node: str) -> None:
+        """Remove both annotations (a Node without them, or gone, needs nothing)."""
+
+    def close(self) -> None:
+        """Release connections; the adapter is not used afterwards."""

@@ -1,13 +1,15 @@
 """The Kubernetes API client, made and called one way for every adapter that uses it.
 
-The build Job launcher and the leader election both talk to the API server through
-lightkube (on httpx2, decoding with msgspec). What they share is here: building the client
+The build Job launcher, the leader election and the fleet source all talk to the API server
+through lightkube (on httpx2, decoding with msgspec). What they share is here: building the client
 from a kubeconfig or the in-cluster service account (``make_kube_client``), and calling it
 with every lightkube, httpx2 and msgspec failure translated into the domain's error tree
 (``kube_call``): 5xx, 408, 429, network failures, timeouts and unreadable answers are
 ``ClusterUnavailableError`` (retried by the given ``RetryPolicy`` first), other refusals
-(403, 422, 400…) ``ClusterRejectedError`` at once. A status the caller handles itself
-(404 on a read, 409 on a create) comes back as ``Answered``.
+(403, 422, 400…) ``ClusterRejectedError`` at once; a 403 on a call that names the
+``Permission`` it needs is ``ClusterForbiddenError`` saying what to grant, and a 401 says
+the credentials were refused. A status the caller handles itself (404 on a read, 409 on a
+create, 410 on a continued list) comes back as ``Answered``.
 
 Deliberately not here: what any request means (the adapters), and watching.
 """
@@ -25,7 +27,12 @@ import msgspec
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 
-from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError, ConfigError
+from releasebot.domain.errors import (
+    ClusterForbiddenError,
+    ClusterRejectedError,
+    ClusterUnavailableError,
+    ConfigError,
+)
 from releasebot.edge.retry import (
     RetryPolicy,
     Sleep,
@@ -97,6 +104,19 @@ class KubeFailure:
     text: str
     temporary: bool
     retry_after: timedelta | None = None
+    detail: str = ""
+    """What the server said, without the request's name (one line)."""
+
+
+@dataclass(frozen=True)
+class Permission:
+    """The RBAC rule a call needs, named in the error when the API server refuses it."""
+
+    verb: str
+    resource: str
+    """The plural, with its subresource if any (``nodes``, ``pods/log``)."""
+    group: str = ""
+    """The API group; ``""`` is the core group."""
 
 
 class Answered(Exception):
@@ -114,11 +134,13 @@ def kube_call(
     policy: RetryPolicy = _DEFAULT_POLICY,
     sleep: Sleep = real_sleep,
     answers: Collection[int] = (),
+    permission: Permission | None = None,
 ) -> T:
     """``operation()`` retried by ``policy``, every library error translated.
 
     ``what`` names the request in messages (``create job rb-…``). An HTTP status in
-    ``answers`` is raised as ``Answered`` for the caller to handle.
+    ``answers`` is raised as ``Answered`` for the caller to handle. With ``permission``, a
+    403 is ``ClusterForbiddenError`` naming that rule.
     """
 
     def attempt() -> T:
@@ -130,6 +152,11 @@ def kube_call(
                 raise  # a KeyError of our own making: a bug, not the cluster
             if failure.code is not None and failure.code in answers:
                 raise Answered(failure) from error
+            if failure.code == 403 and permission is not None:
+                rule = permission
+                raise ClusterForbiddenError(
+                    rule.verb, rule.resource, rule.group, failure.detail
+                ) from error
             if not failure.temporary:
                 raise ClusterRejectedError(failure.text) from error
             raise TransientFailure(failure.text, failure.retry_after) from error
@@ -165,6 +192,9 @@ def classify(what: str, error: Exception) -> KubeFailure | None:
         return KubeFailure(None, _one_line(f"{prefix}: unreadable answer: {error}"), True)
     if isinstance(error, httpx2.TimeoutException):
         return KubeFailure(None, _one_line(f"{prefix}: timed out ({type(error).__name__})"), True)
+    if isinstance(error, httpx2.TransportError):
+        text = f"{prefix}: API server unreachable ({type(error).__name__}: {error})"
+        return KubeFailure(None, _one_line(text), True)
     return KubeFailure(None, _one_line(f"{prefix}: {type(error).__name__}: {error}"), True)
 
 
@@ -190,11 +220,18 @@ def _from_response(prefix: str, response: httpx2.Response) -> KubeFailure:
 def _http_failure(prefix: str, code: int, detail: str, response: httpx2.Response) -> KubeFailure:
     temporary = code >= 500 or code in _TEMPORARY_CODES
     wait = parse_retry_after(response.headers.get("Retry-After")) if temporary else None
+    text = f"{prefix}: {detail}"
+    if code == 401:
+        text += (
+            ": the API server refused releasebot's credentials (service account token or "
+            "kubeconfig)"
+        )
     return KubeFailure(
         code,
-        _one_line(f"{prefix}: {detail}"),
+        _one_line(text),
         temporary,
         None if wait is None else min(wait, RETRY_AFTER_MAX),
+        _one_line(detail),
     )
 
 

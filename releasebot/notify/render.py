@@ -11,7 +11,9 @@ Payload keys read (all optional; what is missing is left out): builds (``reconci
 ``arches``, ``jobs``, ``attempt``, ``max_attempts``, ``digest``, ``arch_digests``
 (``"amd64 sha256:…"``), ``error``, ``log_tail``, ``next_attempt_at`` (ISO 8601),
 ``signed_by`` (the key fingerprint, only once the signature was verified); feeds
-``error``, ``failing_since`` (ISO 8601), ``consecutive_failures``.
+``error``, ``failing_since`` (ISO 8601), ``consecutive_failures``; the fleet
+``flatcar_version``, ``running``/``pending`` (node names) and their ``*_count``,
+``images`` (``"<tag> <verdict>"``), ``error``, ``exposed_since``/``failing_since``.
 
 Every interpolated value is escaped for mrkdwn (``&<>``) and every text is trimmed to
 Block Kit's limits. No I/O, no clock, no slack_sdk import: ``tests/unit/test_render.py``
@@ -46,6 +48,12 @@ Block = dict[str, Any]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _FEED_KINDS = (EventKind.FEED_FAILING, EventKind.FEED_RECOVERED)
+_FLEET_KINDS = (
+    EventKind.FLEET_EXPOSED,
+    EventKind.FLEET_COVERED,
+    EventKind.FLEET_UNREADABLE,
+    EventKind.FLEET_READABLE,
+)
 _HEADLINES = {
     EventKind.BUILD_STARTED: ":hammer_and_wrench: Building",
     EventKind.TAG_PUBLISHED: ":white_check_mark: Published",
@@ -54,6 +62,10 @@ _HEADLINES = {
     EventKind.RETRIES_EXHAUSTED: ":x: Retries exhausted:",
     EventKind.FEED_FAILING: ":warning: Feed failing:",
     EventKind.FEED_RECOVERED: ":white_check_mark: Feed recovered:",
+    EventKind.FLEET_EXPOSED: ":rotating_light: No driver image:",
+    EventKind.FLEET_COVERED: ":white_check_mark: Driver images ready:",
+    EventKind.FLEET_UNREADABLE: ":warning: Cannot list",
+    EventKind.FLEET_READABLE: ":white_check_mark: Listing works again for",
 }
 
 
@@ -70,7 +82,7 @@ def render_message(events_for_key: Sequence[Event], repository: str) -> Rendered
         raise ValueError("render_message needs at least one event")
     first, last = events_for_key[0], events_for_key[-1]
     state = _fold(events_for_key)
-    if last.kind in _FEED_KINDS:
+    if last.kind in (*_FEED_KINDS, *_FLEET_KINDS):
         return _feed_message(last, state, first.created_at)
     return _build_message(last, state, first.created_at, repository)
 
@@ -218,8 +230,10 @@ def _summary(event: Event, state: Mapping[str, object], repository: str) -> str:
     elif kind is EventKind.FEED_FAILING:
         error = _text(state, "error")
         text = f"Feed {subject} failing" + (f": {_cut(error, REASON_MAX_CHARS)}" if error else "")
-    else:
+    elif kind is EventKind.FEED_RECOVERED:
         text = f"Feed {subject} recovered"
+    else:
+        text = f"{_HEADLINES[kind].split(' ', 1)[1]} {subject}"
     return _cut(_escape(text), FALLBACK_MAX_CHARS)
 
 
@@ -238,6 +252,8 @@ def _feed_message(
 
 
 def _feed_lines(event: Event, state: Mapping[str, object]) -> list[str]:
+    if event.kind in _FLEET_KINDS:
+        return _fleet_lines(event, state)
     since = _time(state, "failing_since")
     since_text = _when(since) if since else "a while"
     if event.kind is EventKind.FEED_RECOVERED:
@@ -253,6 +269,38 @@ def _feed_lines(event: Event, state: Mapping[str, object]) -> list[str]:
     lines.append(
         "releasebot keeps the last good data and keeps polling; builds already planned go on. "
         "Check the feed URL and `/releasebot status`."
+    )
+    return lines
+
+
+def _fleet_lines(event: Event, state: Mapping[str, object]) -> list[str]:
+    """The fleet's alerts: which nodes, which images, what happens next."""
+    kind, error = event.kind, _text(state, "error")
+    since = _time(state, "exposed_since") or _time(state, "failing_since")
+    since_text = _when(since) if since else "a while"
+    if kind is EventKind.FLEET_UNREADABLE:
+        return [
+            f"*Last error:* {_escape(_cut(error or 'unknown', REASON_MAX_CHARS))}",
+            "Planning follows the channel policy until the fleet can be listed; the reboot "
+            "gate stays as it is. Check releasebot's ClusterRole and the API server.",
+        ]
+    if kind is EventKind.FLEET_READABLE:
+        return [f"The fleet is listed again (failing since {since_text})."]
+    if kind is EventKind.FLEET_COVERED:
+        return [f"No GPU node runs or reboots into it without its image any more ({since_text})."]
+    lines = []
+    for key, what in (("running", "run it now"), ("pending", "will reboot into it")):
+        nodes, count = _strings(state, key), _int(state, f"{key}_count") or 0
+        if nodes:
+            more = f" and {count - len(nodes)} more" if count > len(nodes) else ""
+            shown = ", ".join(f"`{_escape(node)}`" for node in nodes)
+            lines.append(f"*{count} GPU node(s) {what}:* {shown}{more}")
+    lines += ["*Images*", *(f"• `{_escape(image)}`" for image in _strings(state, "images"))]
+    if error:
+        lines.append(f"*Why:* {_escape(_cut(error, REASON_MAX_CHARS))}")
+    lines.append(
+        "A node without its image loses its GPUs at the next driver start. `releasebot fleet` "
+        "shows each node's verdict; with the reboot gate on, FLUO holds the reboot."
     )
     return lines
 

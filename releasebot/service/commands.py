@@ -117,7 +117,9 @@ class CommandService:
         report = self._reconciler.plan(digest_reads=0)
         now = self._clock()
         paused = self._store.flag(PAUSED_FLAG) is not None
-        plan = self._reconciler.launch_plan(report.targets)
+        fleet = None if report.plan is None else report.plan.fleet
+        urgent = frozenset() if fleet is None else fleet.urgent_tags()
+        plan = self._reconciler.launch_plan(report.targets, urgent)
         if report.errors and not report.targets:
             lines = ["*Plan*: unknown, the registry could not be checked."]
         else:

@@ -8,7 +8,11 @@ targets, the feeds' states), and by the runner for leadership and skipped cycles
 The number an operator alerts on is ``releasebot_required_tags_unpublished``: required
 targets whose image is not (yet) in the registry. It rises when a release appears and
 falls when the build publishes; staying above zero for hours means builds are failing or
-paused. Everything else explains why.
+paused. Everything else explains why. With the fleet, ``releasebot_fleet_nodes{verdict}``
+counts GPU nodes by the coverage verdict of the version they run and
+``releasebot_fleet_missing_images{reason}`` the images nodes need that are not verified
+(``fleet`` for the running versions, ``pending-reboot`` for the ones they reboot into);
+both are exported by the leader only (a follower has not judged the fleet).
 
 Deliberately not here: serving the text format (``web.server``), timing the cycle (the
 runner measures and passes the duration), reading the cluster or the registry.
@@ -25,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from releasebot.domain.builds import BuildRecord, BuildState
+from releasebot.domain.coverage import Coverage
 from releasebot.domain.decisions import Action, Decision
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.lifecycle import is_outstanding
@@ -108,6 +113,19 @@ class ServiceMetrics:
         self.is_leader = Gauge(
             "releasebot_is_leader", "1 while this process leads, else 0.", registry=r
         )
+        self.fleet_nodes = Gauge(
+            "releasebot_fleet_nodes",
+            "Flatcar GPU nodes by the coverage verdict of the version they run.",
+            ["verdict"],
+            registry=r,
+        )
+        self.fleet_missing = Gauge(
+            "releasebot_fleet_missing_images",
+            "Driver images GPU nodes need and the registry lacks (or releasebot cannot "
+            "build), for the versions they run (fleet) or will reboot into (pending-reboot).",
+            ["reason"],
+            registry=r,
+        )
         for state in TargetState:
             self.targets.labels(state.value)
         for outcome in ("completed", "failed", "busy"):
@@ -137,11 +155,24 @@ class ServiceMetrics:
         self.builds_started.inc(sum(1 for d in report.decisions if d.action is Action.LAUNCHED))
         for outcome in report.plan.outcomes if report.plan is not None else ():
             self.feed_polls.labels(outcome.feed, outcome.status.value).inc()
+        if report.fleet is not None:
+            self.observe_coverage(report.fleet.coverage)
         try:
             self._observe_builds(report.decisions, store.builds)
             self.observe_store(store)
         except ReleasebotError as error:  # the cycle is done; the gauges wait for the next
             log.warning("could not read the store for metrics: %s", error)
+
+    def observe_coverage(self, coverage: Coverage) -> None:
+        for verdict, count in coverage.counts().items():
+            self.fleet_nodes.labels(verdict.value).set(count)
+        self.fleet_missing.labels("fleet").set(coverage.missing_images(pending=False))
+        self.fleet_missing.labels("pending-reboot").set(coverage.missing_images(pending=True))
+
+    def forget_fleet(self) -> None:
+        """Drop the fleet's gauges: a process that stopped leading no longer judges it."""
+        self.fleet_nodes.clear()
+        self.fleet_missing.clear()
 
     def observe_store(self, store: StateStore) -> None:
         """Targets by state, the unpublished count, feeds' last success, the backlog."""

@@ -5,6 +5,11 @@ the store and keeps feeding the plan. The plan itself is computed from the store
 release ever seen), not from this poll's bodies, so a feed that answered 304 or failed
 costs nothing and loses nothing.
 
+With a ``FleetService``, the plan starts from the fleet: the channel feeds its GPU nodes
+follow are polled too (configured or not), and every version a GPU node runs or will
+reboot into becomes a target (``domain.fleet_plan``), looked up in every Flatcar feed
+releasebot has ever read.
+
 This module does not print: it reports each feed's outcome to a callback and returns a
 ``PlanResult``; the CLI decides how to show it. Nor does it read the feeds' formats: the
 parsers (``sources.flatcar``, ``sources.nvidia``) are handed to it by the wiring.
@@ -20,6 +25,7 @@ from datetime import datetime, timedelta
 
 from releasebot.domain.errors import ReleasebotError, UnknownTargetError
 from releasebot.domain.events import Event, EventKind, feed_key
+from releasebot.domain.fleet_plan import FleetPlan, fleet_channels
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -36,6 +42,7 @@ from releasebot.domain.ports import (
     StateStore,
 )
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.service.fleet import FleetService, FleetSnapshot
 
 NVIDIA_FEED = "nvidia"
 FAILING_FLAG = "feed-failing:"
@@ -96,6 +103,10 @@ class PlanResult:
     targets: list[TargetRecord]
     outcomes: list[FeedOutcome]
     warnings: list[str] = field(default_factory=list)
+    snapshot: FleetSnapshot | None = None
+    """The fleet as listed for this plan (``None`` without a ``FleetService``)."""
+    fleet: FleetPlan | None = None
+    """What the fleet needs (``None`` without one, or when its Nodes could not be listed)."""
 
     @property
     def failed(self) -> list[FeedOutcome]:
@@ -118,6 +129,8 @@ class PlanService:
         clock: Callable[[], datetime],
         on_outcome: Callable[[FeedOutcome], None] = lambda outcome: None,
         feed_alert_after: timedelta | None = None,
+        fleet: FleetService | None = None,
+        channel_feed: Callable[[str], FeedSpec] | None = None,
     ) -> None:
         self._store = store
         self._fetcher = fetcher
@@ -130,10 +143,17 @@ class PlanService:
         self._clock = clock
         self._on_outcome = on_outcome
         self._feed_alert_after = feed_alert_after
+        self._fleet = fleet
+        self._channel_feed = channel_feed
+        """The feed of a channel the fleet follows; ``None``: only the configured ones."""
 
     @property
     def store(self) -> StateStore:
         return self._store
+
+    @property
+    def fleet(self) -> FleetService | None:
+        return self._fleet
 
     def poll_feed(self, spec: FeedSpec) -> FeedOutcome:
         """Fetch one feed conditionally and record what it said (or why it failed)."""
@@ -218,15 +238,55 @@ class PlanService:
         return len(drivers)
 
     def plan(self) -> PlanResult:
-        """Poll every feed, then compute and store the targets."""
-        outcomes = [self.poll_feed(spec) for spec in self._feeds]
+        """List the fleet (if any), poll every feed, then compute and store the targets."""
+        snapshot = self._fleet.snapshot() if self._fleet is not None else None
+        warnings = [] if snapshot is None else list(snapshot.problems)
+        extra = self._fleet_feeds(snapshot, warnings)
+        outcomes = [self.poll_feed(spec) for spec in [*self._feeds, *extra]]
         flatcar = {
             spec.channel: self._store.flatcar_releases(spec.name) for spec in self._flatcar_feeds
         }
         drivers = self._store.driver_releases(self._nvidia_feed.name)
         planned = plan_targets(self._policy, flatcar, drivers)
+        warnings += self._warnings(flatcar, drivers)
+        fleet = None
+        if self._fleet is not None and snapshot is not None:
+            releases = self._all_releases(extra)
+            fleet = self._fleet.plan(
+                self._policy, planned, snapshot, releases=releases, drivers=drivers
+            )
+            if fleet is not None:
+                planned = list(fleet.targets)
+                warnings += fleet.warnings
         targets = self._store.sync_targets(planned, self._clock())
-        return PlanResult(targets, outcomes, self._warnings(flatcar, drivers))
+        return PlanResult(targets, outcomes, warnings, snapshot, fleet)
+
+    def _fleet_feeds(self, snapshot: FleetSnapshot | None, warnings: list[str]) -> list[FeedSpec]:
+        """The feeds of channels GPU nodes follow that are not configured."""
+        if snapshot is None or snapshot.nodes is None:
+            return []
+        configured = {spec.channel for spec in self._flatcar_feeds}
+        channels = sorted(fleet_channels(snapshot.nodes) - configured)
+        if channels and self._channel_feed is None:
+            warnings.append(
+                f"fleet: GPU nodes follow {', '.join(channels)}, but flatcar.feed_url has no "
+                "{channel}: their feeds are not read"
+            )
+            return []
+        make = self._channel_feed
+        return [] if make is None else [make(channel) for channel in channels]
+
+    def _all_releases(self, extra: Sequence[FeedSpec]) -> dict[FlatcarVersion, FlatcarRelease]:
+        """Every release any Flatcar feed releasebot has read ever listed, by version."""
+        releases: dict[FlatcarVersion, FlatcarRelease] = {}
+        for name in sorted(self._flatcar_feed_names(extra)):
+            for release in self._store.flatcar_releases(name):
+                releases.setdefault(release.version, release)
+        return releases
+
+    def _flatcar_feed_names(self, extra: Sequence[FeedSpec]) -> set[str]:
+        names = {spec.name for spec in [*self._flatcar_feeds, *extra]}
+        return names | {s.name for s in self._store.feed_states() if s.name.startswith("flatcar/")}
 
     def find_target(self, driver: str, flatcar: str, arches: frozenset[Arch] | None) -> Target:
         """The target for ``driver`` on ``flatcar`` from what the feeds have ever listed.
@@ -237,16 +297,11 @@ class PlanService:
         """
         flatcar_version = FlatcarVersion.parse(flatcar)
         driver_version = DriverVersion.parse(driver)
-        releases = {
-            release.version: release
-            for spec in self._flatcar_feeds
-            for release in self._store.flatcar_releases(spec.name)
-        }
-        release = releases.get(flatcar_version)
+        release = self._all_releases(()).get(flatcar_version)
         if release is None:
+            read = sorted(name.removeprefix("flatcar/") for name in self._flatcar_feed_names(()))
             raise UnknownTargetError(
-                f"Flatcar {flatcar} is not in any configured channel's feed "
-                f"({', '.join(s.channel for s in self._flatcar_feeds)})"
+                f"Flatcar {flatcar} is in no Flatcar feed releasebot reads ({', '.join(read)})"
             )
         drivers = {d.version: d for d in self._store.driver_releases(self._nvidia_feed.name)}
         found = drivers.get(driver_version)

@@ -1,9 +1,10 @@
 """Use case: one reconcile cycle, the plan without launching, and launching by hand.
 
-The cycle: poll feeds -> plan -> follow running builds (verify and record what finished)
--> check the registry -> launch what is due, at most ``max_concurrent_builds`` Jobs at a
-time, unless paused. Each step is a short transaction, so a cycle killed anywhere resumes
-(``service.attempts`` says how for the builds).
+The cycle: list the fleet, poll feeds -> plan -> follow running builds (verify and record
+what finished) -> check the registry -> launch what is due, at most
+``max_concurrent_builds`` Jobs at a time, unless paused -> judge the fleet's coverage and
+answer the reboot gate (``service.fleet``). Each step is a short transaction, so a cycle
+killed anywhere resumes (``service.attempts`` says how for the builds).
 
 This module keeps the order and the I/O; every rule is ``domain.lifecycle``'s: which
 targets the registry's tag list publishes or makes missing, which are due, in which order
@@ -14,12 +15,13 @@ start one. Retries across cycles live there too, driven by the failure's class.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from releasebot.domain import lifecycle
 from releasebot.domain.builds import arch_tag
+from releasebot.domain.coverage import Coverage, fleet_coverage
 from releasebot.domain.decisions import Action
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
 from releasebot.domain.lifecycle import LifecycleRules
@@ -94,10 +96,16 @@ class ReconcileService:
         if not self._dry_run:
             self._attempts.follow(report)
         checked = self._check(plan.targets, report, read_digests=False)
+        urgent = frozenset() if plan.fleet is None else plan.fleet.urgent_tags()
         if checked is not None and self.paused:
             report.decide(Action.PAUSED, "-", "launching is paused (/releasebot resume)")
         elif checked is not None:
-            self._launch_due(checked, report)
+            self._launch_due(checked, report, urgent)
+        fleet = self._planner.fleet
+        if checked is not None and fleet is not None and plan.fleet is not None:
+            assert plan.snapshot is not None  # a fleet plan is made from a snapshot
+            records = {record.tag: record for record in self._store.targets()}
+            report.fleet = fleet.settle(plan.fleet, plan.snapshot, records)
         return report
 
     def plan(self, *, digest_reads: int = 50) -> CycleReport:
@@ -111,12 +119,24 @@ class ReconcileService:
         self._check(plan.targets, report, read_digests=True, digest_reads=digest_reads)
         return report
 
-    def launch_plan(self, targets: Sequence[TargetRecord]) -> lifecycle.LaunchPlan:
+    @staticmethod
+    def coverage(report: CycleReport) -> Coverage | None:
+        """The fleet's coverage by the targets of ``report`` (a ``plan()``'s or a cycle's);
+        ``None`` without a fleet. The query ``releasebot fleet`` and the demo answer from."""
+        if report.plan is None or report.plan.fleet is None:
+            return None
+        records = report.targets or report.plan.targets
+        return fleet_coverage(report.plan.fleet, {record.tag: record for record in records})
+
+    def launch_plan(
+        self, targets: Sequence[TargetRecord], urgent: Collection[str] = ()
+    ) -> lifecycle.LaunchPlan:
         """What the next cycle launches from ``targets`` (``plan()``'s), as it would decide
-        it now: the same rules, the builds running now (inputs taken as published)."""
+        it now: the same rules, the builds running now (inputs taken as published), the
+        ``urgent`` tags first (``FleetPlan.urgent_tags``)."""
         running = len(self._store.builds(active_only=True))
         return lifecycle.launch_plan(
-            targets, running=running, now=self._clock(), rules=self._options
+            targets, running=running, now=self._clock(), rules=self._options, urgent=urgent
         )
 
     def _check(
@@ -164,10 +184,12 @@ class ReconcileService:
             result.append(record)
         return result
 
-    def _launch_due(self, targets: Sequence[TargetRecord], report: CycleReport) -> None:
+    def _launch_due(
+        self, targets: Sequence[TargetRecord], report: CycleReport, urgent: frozenset[str]
+    ) -> None:
         """Launch the due targets in ``lifecycle.launch_order``, as long as they fit."""
         running = len(self._store.builds(active_only=True))
-        for record in lifecycle.launch_order(targets, self._clock()):
+        for record in lifecycle.launch_order(targets, self._clock(), urgent=urgent):
             if not self._attempts.inputs_ready(record, report):
                 continue
             if not lifecycle.has_room(record, running, self._options):

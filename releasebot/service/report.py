@@ -14,6 +14,7 @@ from typing import Any
 
 from releasebot.domain.decisions import Action, Decision
 from releasebot.domain.models import TargetRecord
+from releasebot.service.fleet import FleetOutcome
 from releasebot.service.plan import PlanResult
 
 log = logging.getLogger("releasebot.reconcile")
@@ -29,6 +30,8 @@ class CycleReport:
     errors: list[str] = field(default_factory=list)
     targets: list[TargetRecord] = field(default_factory=list)
     """The required targets after the registry check (empty if it failed)."""
+    fleet: FleetOutcome | None = None
+    """The fleet's coverage and reboot gate after the launches (``None``: not judged)."""
 
     def launched(self) -> list[Decision]:
         """The decisions that started a build Job (created, or adopted after a crash)."""

@@ -221,7 +221,9 @@ class Runner:
         if self._stopping.is_set():
             return "stopping"
         if not self.lead():
-            # Followers export the store's gauges too, so no replica reports a stale 0.
+            # Followers export the store's gauges too, so no replica reports a stale 0; the
+            # fleet's they drop, as only the leader judges it.
+            self._metrics.forget_fleet()
             try:
                 self._metrics.observe_store(self._store)
             except ReleasebotError as error:

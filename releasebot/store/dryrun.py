@@ -3,8 +3,9 @@
 Reads go to the real store; what a dry run would write lands in an in-memory overlay
 (``MemoryStateStore``) so the rest of the cycle sees it: a feed body that changed is parsed
 and its releases planned, exactly as a real cycle would, yet the database never changes.
-Events, deliveries and flags are not overlaid: a dry run announces nothing and pauses
-nothing, so those writes are simply dropped.
+A fleet listing is overlaid too (``fleet_nodes`` shows it once the dry run listed the
+fleet). Events, deliveries and flags are not overlaid: a dry run announces nothing and
+pauses nothing, so those writes are simply dropped.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from datetime import datetime
 
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.fleet import ParsedNode
+from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -141,3 +144,13 @@ class DryRunStore:
         self, name: str, value: str | None, now: datetime, events: Sequence[Event] = ()
     ) -> None:
         pass
+
+    def record_fleet(self, nodes: Sequence[ParsedNode], now: datetime) -> None:
+        self._overlay.record_fleet(nodes, now)
+
+    def fleet_nodes(self) -> list[FleetRecord]:
+        # What this dry run listed, once it listed; before that, what the real store knows.
+        return self._overlay.fleet_nodes() or self._inner.fleet_nodes()
+
+    def fleet_history(self, name: str) -> list[FleetRecord]:
+        return self._inner.fleet_history(name) + self._overlay.fleet_history(name)

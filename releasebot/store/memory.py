@@ -4,10 +4,8 @@ It behaves as ``SqlStateStore`` does, and the same contract suite checks both: r
 keyed by version and never forgotten, each feed remembers which versions it listed and
 whether it still does, targets keep their state and first-planned time across plans. Times
 are normalised to UTC as the database adapter reads them back, and a naive time is refused
-with the same ``StoreError``.
-
-Each method holds one lock, as each SQL method is one transaction. Nothing is persisted:
-the state is gone when the process ends.
+with the same ``StoreError``. Each method holds one lock, as each SQL method is one
+transaction. Nothing is persisted: the state is gone when the process ends.
 """
 
 from __future__ import annotations
@@ -22,6 +20,8 @@ from typing import TypeVar
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.errors import StoreError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.fleet import ParsedNode
+from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
@@ -33,6 +33,7 @@ from releasebot.domain.models import (
 )
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch
+from releasebot.store.fleet_memory import FleetHistory
 from releasebot.store.limits import fit_error, fit_log, kept_validators
 
 Release = TypeVar("Release", FlatcarRelease, DriverRelease)
@@ -84,6 +85,7 @@ class MemoryStateStore:
         self._outbox: list[_Row] = []
         self._refs: dict[str, MessageRef] = {}
         self._flags: dict[str, str] = {}
+        self._fleet = FleetHistory()
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._lock:
@@ -301,6 +303,20 @@ class MemoryStateStore:
                 self._flags[name] = value
             for event in stored:
                 self._outbox.append(_Row(len(self._outbox) + 1, event))
+
+    # -- fleet history (the rows in fleet_memory.py) ------------------------------------
+
+    def record_fleet(self, nodes: Sequence[ParsedNode], now: datetime) -> None:
+        with self._lock:
+            self._fleet.record(nodes, _utc(now))
+
+    def fleet_nodes(self) -> list[FleetRecord]:
+        with self._lock:
+            return self._fleet.latest()
+
+    def fleet_history(self, name: str) -> list[FleetRecord]:
+        with self._lock:
+            return self._fleet.of(name)
 
     def _row(self, event_id: int) -> _Row | None:
         """The outbox row with ``event_id`` (ids are positions plus one, never reused)."""

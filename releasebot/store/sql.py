@@ -27,19 +27,23 @@ from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, or_, s
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.errors import ReleasebotError, StoreError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.fleet import ParsedNode
+from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
     Target,
+    TargetReason,
     TargetRecord,
     TargetState,
     Validators,
+    reasons_text,
 )
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.edge.text import one_line
-from releasebot.store import outbox
+from releasebot.store import fleet, outbox
 from releasebot.store.engine import transaction
 from releasebot.store.limits import fit_error, fit_log, kept_validators
 from releasebot.store.tables import (
@@ -262,6 +266,20 @@ class SqlStateStore:
             outbox.set_flag(conn, name, value, now)
             outbox.insert_events(conn, events)
 
+    # -- fleet history (statements in fleet.py) ----------------------------------------
+
+    def record_fleet(self, nodes: Sequence[ParsedNode], now: datetime) -> None:
+        with self._transaction(write=True) as conn:
+            fleet.record_fleet(conn, nodes, now)
+
+    def fleet_nodes(self) -> list[FleetRecord]:
+        with self._transaction() as conn:
+            return fleet.fleet_nodes_latest(conn)
+
+    def fleet_history(self, name: str) -> list[FleetRecord]:
+        with self._transaction() as conn:
+            return fleet.fleet_history(conn, name)
+
     def _transaction(self, *, write: bool = False) -> AbstractContextManager[Connection]:
         """One transaction; a ``write`` one waits for every other writer first (see the
         module docstring): on PostgreSQL the advisory lock is its first statement."""
@@ -448,6 +466,7 @@ def _target_values(record: TargetRecord) -> Values:
         "flatcar_channel": target.flatcar_channel,
         "kernel": target.kernel,
         "arches": join_arches(target.arches),
+        "reasons": reasons_text(target.reasons),
         "state": record.state.value,
         "required": record.required,
         "first_planned_at": record.first_planned_at,
@@ -470,6 +489,7 @@ def _target_record(row: Row[Any]) -> TargetRecord:
             flatcar_channel=row.flatcar_channel,
             kernel=row.kernel,
             arches=split_arches(row.arches),
+            reasons=TargetReason.parse_all(row.reasons),
         )
         state = TargetState(row.state)
     except (ReleasebotError, ValueError) as error:  # a row no version of releasebot wrote

@@ -177,6 +177,8 @@ targets = Table(
     Column("flatcar_channel", Text, nullable=False),
     Column("kernel", Text, nullable=False),
     Column("arches", Text, nullable=False),
+    # Why it must exist (``channel``, ``fleet``, ``pending-reboot``), comma-separated.
+    Column("reasons", Text, nullable=False, server_default=""),
     Column("state", Text, nullable=False),
     Column("required", Boolean, nullable=False),
     Column("first_planned_at", UtcDateTime, nullable=False),
@@ -248,3 +250,20 @@ locks = Table(
     Column("expires_at", UtcDateTime, nullable=False),
 )
 """Lease rows for SQLite, where there are no advisory locks: one writer of cycles at once."""
+
+fleet_nodes = Table(
+    "fleet_nodes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(253), nullable=False, index=True),
+    Column("version", String(VERSION_LENGTH)),
+    Column("kernel", String(80)),
+    Column("arch", String(32)),
+    Column("gpu", Boolean, nullable=False),
+    Column("pending_version", String(VERSION_LENGTH)),
+    Column("ignored_reason", String(ERROR_MAX_CHARS)),
+    Column("first_seen_at", UtcDateTime, nullable=False),
+    Column("last_seen_at", UtcDateTime, nullable=False),
+)
+"""Fleet history: one row per node and state (``domain/fleet_records.py``); the highest
+``id`` of a name is its latest state. Rows are never deleted."""

@@ -20,6 +20,7 @@ from releasebot.wiring.core import (
     db_current,
     db_downgrade,
     db_upgrade,
+    demo_fleet_source,
     demo_registry,
     demo_settings,
     open_store,
@@ -28,6 +29,7 @@ from releasebot.wiring.core import (
     reconcile_service,
     utc_now,
     verify_tag,
+    with_fleet,
 )
 from releasebot.wiring.guard import guarded, run_identity
 
@@ -35,6 +37,7 @@ __all__ = [
     "db_current",
     "db_downgrade",
     "db_upgrade",
+    "demo_fleet_source",
     "demo_registry",
     "demo_settings",
     "guarded",
@@ -45,4 +48,5 @@ __all__ = [
     "run_identity",
     "utc_now",
     "verify_tag",
+    "with_fleet",
 ]

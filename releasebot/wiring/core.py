@@ -6,9 +6,10 @@ managers close what they opened on every exit path.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from importlib.resources import files
@@ -21,7 +22,8 @@ from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.domain.attestation import Verification
 from releasebot.domain.errors import ConfigError
-from releasebot.domain.ports import JobLauncher, Registry, StateStore
+from releasebot.domain.ports import FleetSource, JobLauncher, NodeAnnotator, Registry, StateStore
+from releasebot.service.fleet import FleetService
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService
 from releasebot.sources.artifacts import HttpArtifactSource
@@ -115,6 +117,59 @@ def feed_specs(settings: Settings) -> tuple[list[FeedSpec], FeedSpec]:
     return flatcar, FeedSpec.nvidia(settings.nvidia.feed_url)
 
 
+def channel_feed(settings: Settings) -> Callable[[str], FeedSpec] | None:
+    """The feed of any channel (for those GPU nodes follow); ``None`` without ``{channel}``."""
+    if "{channel}" not in settings.flatcar.feed_url:
+        return None
+    return lambda channel: FeedSpec.flatcar(channel, settings.flatcar_feed_url(channel))
+
+
+@contextmanager
+def fleet_service(
+    settings: Settings,
+    store: StateStore,
+    *,
+    dry_run: bool = False,
+    gate: bool = True,
+    source: FleetSource | None = None,
+) -> Iterator[FleetService | None]:
+    """The fleet's use case when ``fleet.enabled``, reading the cluster through one
+    Kubernetes client, or over ``source`` (the demo's simulated fleet, read only). The
+    reboot gate's annotator only with ``fleet.gate`` and ``gate`` (commands that launch
+    nothing never write Nodes)."""
+    fleet = settings.fleet
+    if source is None and not fleet.enabled:
+        yield None
+        return
+    annotator: NodeAnnotator | None = None
+    with ExitStack() as stack:
+        if source is None:
+            from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
+            from releasebot.fleet.gate import KubernetesNodeAnnotator
+            from releasebot.fleet.kubernetes import KubernetesFleetSource
+
+            kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+            client = make_kube_client(kubeconfig)
+            stack.callback(client.close)
+            source = KubernetesFleetSource(
+                client,
+                selector=fleet.selector,
+                page_size=fleet.page_size,
+                gate_annotation=fleet.gate_annotation,
+            )
+            if fleet.gate and gate:
+                annotator = KubernetesNodeAnnotator(client, annotation=fleet.gate_annotation)
+        yield FleetService(
+            source=source,
+            store=store,
+            clock=utc_now,
+            repository=settings.registry.repository,
+            annotator=annotator,
+            alerts=settings.slack.enabled,
+            dry_run=dry_run,
+        )
+
+
 @contextmanager
 def plan_service(
     settings: Settings,
@@ -122,8 +177,11 @@ def plan_service(
     *,
     dry_run: bool = False,
     engine: Engine | None = None,
+    gate: bool = True,
+    fleet_source: FleetSource | None = None,
 ) -> Iterator[PlanService]:
-    """A ready ``PlanService`` with its store and HTTP client, closed when the block ends.
+    """A ready ``PlanService`` with its store, HTTP client and fleet, closed when the block
+    ends.
 
     With ``dry_run`` the database is read but never written (nor migrated). The store is on
     ``engine`` when one is given (the caller disposes of it).
@@ -131,7 +189,11 @@ def plan_service(
     verify: bool | str = settings.http.ca_bundle or True
     client = make_http_client(settings.http.timeout, settings.http.user_agent, verify)
     url = settings.database.url
-    with client, _store_for(url, dry_run=dry_run, engine=engine) as store:
+    with (
+        client,
+        _store_for(url, dry_run=dry_run, engine=engine) as store,
+        fleet_service(settings, store, dry_run=dry_run, gate=gate, source=fleet_source) as fleet,
+    ):
         flatcar, nvidia = feed_specs(settings)
         yield PlanService(
             store=store,
@@ -144,6 +206,8 @@ def plan_service(
             clock=utc_now,
             on_outcome=on_outcome,
             feed_alert_after=settings.slack.feed_alert_after if settings.slack.enabled else None,
+            fleet=fleet,
+            channel_feed=channel_feed(settings),
         )
 
 
@@ -213,6 +277,7 @@ def reconcile_service(
     cluster: bool = True,
     registry: Registry | None = None,
     engine: Engine | None = None,
+    fleet_source: FleetSource | None = None,
 ) -> Iterator[ReconcileService]:
     """A ready ``ReconcileService``: store, feeds, registry and cluster wired from settings.
 
@@ -236,7 +301,14 @@ def reconcile_service(
         closing(launcher),
         closing(registry),
         http,
-        plan_service(settings, on_outcome, dry_run=dry_run, engine=engine) as planner,
+        plan_service(
+            settings,
+            on_outcome,
+            dry_run=dry_run,
+            engine=engine,
+            gate=cluster,
+            fleet_source=fleet_source,
+        ) as planner,
     ):
         attestor = None
         if cluster and not dry_run:
@@ -273,6 +345,19 @@ def recipe_manifest(settings: Settings) -> dict[str, Any]:
 
     name = settings.kaniko.context_configmap or CONFIGMAP_NAME
     return recipe_configmap(settings.kubernetes.namespace, name)
+
+
+def with_fleet(settings: Settings) -> Settings:
+    """``settings`` with ``fleet.enabled`` on (``releasebot fleet`` reads it regardless)."""
+    return replace(settings, fleet=replace(settings.fleet, enabled=True))
+
+
+def demo_fleet_source() -> FleetSource:
+    """The simulated fleet of ``releasebot demo`` (``demo/fleet.json``), in memory."""
+    from releasebot.fleet.memory import MemoryFleetSource
+
+    nodes = json.loads((demo_feed_dir() / "fleet.json").read_text(encoding="utf-8"))
+    return MemoryFleetSource(nodes)
 
 
 def demo_feed_dir() -> Path:

@@ -27,6 +27,7 @@ from releasebot.domain.models import (
     DriverRelease,
     FlatcarRelease,
     Target,
+    TargetReason,
     TargetState,
     Validators,
 )
@@ -292,6 +293,20 @@ def test_a_changed_plan_updates_but_keeps_first_planned_at(store: StateStore) ->
         later,
     )
     assert store.targets() == [record]
+
+
+def test_a_targets_reasons_are_kept_and_a_new_reason_is_saved(store: StateStore) -> None:
+    fleet = frozenset({TargetReason.FLEET, TargetReason.PENDING_REBOOT})
+    target = replace(plan(driver(), flatcar()), reasons=fleet)
+    [first] = store.sync_targets([target], T0)
+    assert store.targets() == [first]
+    assert first.target.reasons == fleet
+    channel = replace(target, reasons=frozenset({TargetReason.CHANNEL}))
+    [again] = store.sync_targets([channel], T0 + timedelta(hours=1))
+    assert store.targets()[0].target.reasons == again.target.reasons == channel.reasons
+    hand = store.ensure_target(plan(driver(), flatcar("4459.2.1")), T0)
+    assert store.target(hand.tag) == hand
+    assert hand.target.reasons == frozenset()
 
 
 def test_targets_that_drop_out_are_kept_as_not_required(store: StateStore) -> None:

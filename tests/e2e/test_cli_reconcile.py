@@ -3,7 +3,8 @@ file to the real registry, the fake Kubernetes API (via a kubeconfig) and HTTP f
 
 Covers: the dry run (manifests printed, nothing created, the database untouched), a real
 cycle and its idempotent repeat, a hand-asked build (adopting nothing twice, refusing a
-busy or published target without --force), and bad arguments as one line with exit 2.
+busy or published target without --force), bad arguments as one line with exit 2, and a
+cycle with the fleet and the reboot gate wired from the settings and the environment.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from releasebot.cli import main
 from tests.support.builds import KanikoPlayer
 from tests.support.feedserver import FeedServer
+from tests.support.fleetnodes import gpu_node
 from tests.support.kubeapi import FakeKubeApi
 from tests.support.registryserver import RunningRegistry
 from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
@@ -160,7 +162,7 @@ def test_build_by_hand(
     [
         ("580.1; rm -rf /", "4593.2.5", "is not an NVIDIA driver version"),
         ("580.178.04", "4593.2.5$(reboot)", "is not a Flatcar version"),
-        ("580.178.04", "4593.2.99", "Flatcar 4593.2.99 is not in any configured channel"),
+        ("580.178.04", "4593.2.99", "Flatcar 4593.2.99 is in no Flatcar feed releasebot reads"),
         ("580.999.01", "4593.2.5", "driver 580.999.01 is not in the NVIDIA feed"),
     ],
 )
@@ -255,3 +257,29 @@ def test_a_process_killed_between_commit_and_delivery_loses_no_message(
     assert len(messages) == 1
     assert TAG in messages[0].text
     assert [j["metadata"]["name"] for j in kube_api.jobs()] == [job]  # no second Job either
+
+
+def test_a_cycle_with_the_fleet_and_the_gate_wired_from_the_settings(
+    config: Path,
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    kube_api: FakeKubeApi,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waiting = gpu_node("gpu-0", "4459.2.4", pending="4593.2.5", before_reboot=True)
+    kube_api.fleet.add_nodes(waiting, gpu_node("gpu-1", "4459.2.4"))
+    plain_registry.push_image(registry_name, TAG, arch="amd64")  # the pending version's
+    with config.open("a", encoding="utf-8") as settings:
+        settings.write("[fleet]\nenabled = true\n")
+    monkeypatch.setenv("RELEASEBOT_FLEET_GATE", "true")  # as the reboot-gate component sets it
+    code, out, err = run(capsys, "reconcile", "--once", "--quiet", "--config", str(config))
+    assert code == 0, err
+    assert "launched 580.178.04-flatcar4459.2.4" in out  # what the nodes run, outside keep
+    annotations = kube_api.fleet.node("gpu-0")["metadata"]["annotations"]
+    assert annotations["releasebot.io/driver-image-ready"] == "true"
+    assert annotations["releasebot.io/driver-image-ready-version"] == "4593.2.5"
+    assert (
+        "releasebot.io/driver-image-ready"
+        not in kube_api.fleet.node("gpu-1")["metadata"]["annotations"]
+    )

@@ -99,6 +99,7 @@ def test_plan_prints_json_targets(
     assert first["flatcar_channel"] == "stable"
     assert first["kernel"] == "6.12.102"
     assert first["arches"] == ["amd64", "arm64"]
+    assert first["reasons"] == ["channel"]
     assert first["state"] == "missing"  # the registry is empty
     assert targets[2]["flatcar_channel"] == "lts"
     # one progress line per feed on stderr
@@ -127,6 +128,7 @@ def test_plan_table_and_quiet(
         "CHANNEL",
         "KERNEL",
         "ARCHES",
+        "REASON",
         "STATE",
         "DIGEST",
     ]
@@ -137,6 +139,7 @@ def test_plan_table_and_quiet(
         "stable",
         "6.12.102",
         "amd64,arm64",
+        "channel",
         "missing",
     ]
     assert len(lines) == 5
@@ -368,9 +371,25 @@ def test_demo_runs_offline_on_the_shipped_feeds(
 ) -> None:
     code, out, err = run(capsys, "demo", "--dir", str(tmp_path), "--format", "json")
     assert code == 0, err
-    tags = [t["tag"] for t in json.loads(out)]
-    assert tags[:2] == ["595.91.07-flatcar4593.2.5", "580.178.04-flatcar4593.2.5"]
-    assert "580.178.04-flatcar4081.3.10" in tags
+    shown = json.loads(out)
+    reasons = {t["tag"]: t["reasons"] for t in shown["targets"]}
+    # The simulated fleet: a node on beta about to reboot into the next beta (a channel
+    # the demo does not configure: its feed is read for that node), a node a release
+    # behind keep, and the channel policy's newest releases.
+    assert list(reasons)[:2] == ["595.91.07-flatcar4757.1.0", "580.178.04-flatcar4757.1.0"]
+    assert reasons["580.178.04-flatcar4757.1.0"] == ["pending-reboot"]
+    assert reasons["580.178.04-flatcar4593.2.3"] == ["fleet"]
+    assert reasons["580.178.04-flatcar4593.2.5"] == ["fleet", "channel"]
+    assert reasons["580.178.04-flatcar4081.3.10"] == ["channel"]
+    nodes = {node["name"]: node for node in shown["fleet"]["nodes"]}
+    assert set(nodes) == {"gpu-a10g-0", "gpu-a10g-1", "gpu-gh200-2", "gpu-l40s-3"}
+    assert {node["verdict"] for node in nodes.values()} == {"missing"}  # the registry is empty
+    assert (nodes["gpu-l40s-3"]["pending_version"], nodes["gpu-l40s-3"]["before_reboot"]) == (
+        "4757.1.0",
+        True,
+    )
+    assert [node["name"] for node in shown["fleet"]["ignored"]] == ["gpu-ubuntu-5"]
+    assert "feed flatcar/beta: changed, 2 releases" in err
     assert (tmp_path / "releasebot-demo.db").exists()
 
 
@@ -386,6 +405,7 @@ def test_demo_as_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "595.91.07-flatcar4593.2.5" in result.stdout
+    assert "gpu-l40s-3   amd64  4722.1.0  missing  4757.1.0" in result.stdout
     assert "Traceback" not in result.stderr
     result = subprocess.run(
         [sys.executable, "-m", "releasebot", "plan", "--config", str(tmp_path / "none.toml")],

@@ -434,8 +434,8 @@ def test_build_of_an_unknown_release_says_why(rig: ChatRig) -> None:
     rig.post("build 580.95.05 9999.1.1")
     [follow_up] = rig.replies.wait()
     assert follow_up["text"] == (
-        "Could not run `build 580.95.05 9999.1.1`: Flatcar 9999.1.1 is not in any "
-        "configured channel's feed (stable)"
+        "Could not run `build 580.95.05 9999.1.1`: Flatcar 9999.1.1 is in no Flatcar feed "
+        "releasebot reads (stable)"
     )
     assert rig.launcher.created == []
 

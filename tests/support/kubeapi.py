@@ -21,6 +21,10 @@ real API server's behaviour, kmock 0.8 differs, and this module fixes it:
   (the garbage collector, at once); without it they are orphaned, as for a real batch/v1
   Job deleted through the API.
 - Faults on demand: the next N requests (or all, until cleared) answer 503, 429, 403...
+- Nodes (with real ``limit``/``continue`` pagination and merge-patch), the GPU Operator's
+  ClusterPolicies and NVIDIADrivers (404 until their CRDs are "installed") and RBAC
+  refusals (403 ``Forbidden`` with the real message, for any resource) are served by
+  ``tests/kubefleet.py`` (``api.fleet``).
 - ``coordination.k8s.io/v1`` Leases (kmock ignores PUT) are served here: create (409
   ``AlreadyExists`` for a second one), get, list, PUT with real optimistic concurrency
   (a stale ``metadata.resourceVersion`` answers 409 ``Conflict``, as leader election
@@ -32,7 +36,7 @@ producing the statuses a real cluster shows (Job conditions including the 1.31+
 ``SuccessCriteriaMet``/``FailureTarget``, Pod phases, container states, termination
 messages with the ``FallbackToLogsOnError`` rule). Deliberately NOT emulated: validation
 and admission (``kubernetes-validate`` checks the manifests), controllers running on their
-own, TTLs, watch bookmarks, pagination.
+own, TTLs, watch bookmarks, pagination of anything but Nodes.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import kmock
 from lightkube import Client, KubeConfig
 from lightkube.config.models import Cluster, User
 
+from tests.support.kubefleet import FakeFleet, verb_of
 from tests.support.servers import Started
 
 T = TypeVar("T")
@@ -117,6 +122,8 @@ class FakeKubeApi(Started):
         self._faults: list[Fault] = []
         self._logs: dict[tuple[str, str], str] = {}
         self._leases: dict[tuple[str, str], dict[str, Any]] = {}
+        self.fleet = FakeFleet()
+        """Nodes, the GPU Operator's objects and RBAC refusals (``tests/kubefleet.py``)."""
         self._lock = threading.Lock()
         self._counter = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -567,6 +574,9 @@ class _Emulator(kmock.KubernetesEmulator):
         resource = request.resource
         if resource is None:
             return await super()._handle(request)
+        fleet_answer = self._fleet(request)
+        if fleet_answer is not None:
+            return fleet_answer
         if resource == LEASES:
             async with self._lock:
                 return self._lease(request)
@@ -595,6 +605,38 @@ class _Emulator(kmock.KubernetesEmulator):
                 self.collect_pods(request.namespace, request.name)
             await self.flush_events()
         return response
+
+    def _fleet(self, request: kmock.Request) -> aiohttp.web.Response | None:
+        """RBAC refusals for any resource, and the resources ``tests/kubefleet.py`` serves."""
+        resource = request.resource
+        assert resource is not None
+        method = request.method.value if request.method is not None else ""
+        params = dict(request.params)
+        verb = verb_of(method, request.name, params)
+        plural = resource.plural  # RBAC names subresources "pods/log"
+        if request.subresource:
+            plural = f"{plural}/{request.subresource}"
+        refusal = self.fake.fleet.refusal(
+            verb, resource.group, plural, request.namespace, request.name
+        )
+        if refusal is not None:
+            return _json(*refusal)
+        if not self.fake.fleet.serves(resource.group, resource.version, resource.plural):
+            return None
+        try:
+            selects = _selector(params.get("labelSelector", ""))
+        except ValueError as error:
+            return _status(400, "BadRequest", f"unable to parse requirement: {error}")
+        code, body = self.fake.fleet.answer(
+            method,
+            (resource.group, resource.version, resource.plural),
+            request.name,
+            params,
+            request.data,
+            request.headers.get("Content-Type", ""),
+            selects,
+        )
+        return _json(code, body)
 
     async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
         if isinstance(exc, kmock.KubernetesError) and exc.status == 409:

@@ -135,6 +135,14 @@ def test_config_path_from_the_environment(tmp_path: Path) -> None:
         ('[registry]\npassword = "x"\n', "registry.username", "needed"),
         ('[http]\nca_bundle = "/nonexistent/ca.pem"\n', "http.ca_bundle", "not found"),
         ('[recipe]\nmodule_types = "all"\n', "recipe.module_types", "proprietary, open, both"),
+        ('[fleet]\nnode_selector = "gpu in (a"\n', "fleet.node_selector", "not a label selector"),
+        ("[fleet]\npage_size = 1\n", "fleet.page_size", "between 10 and 5000"),
+        ('[fleet]\ngate_annotation = "no spaces"\n', "fleet.gate_annotation", "annotation"),
+        (
+            '[fleet]\ngate_annotation = "flatcar-linux-update.v1.flatcar-linux.net/x"\n',
+            "fleet.gate_annotation",
+            "not releasebot's",
+        ),
         ("flatcar = 1\n", "flatcar", "[table]"),
         ("[flatcar\n", "--config", "not valid TOML"),
     ],
@@ -172,6 +180,17 @@ def test_kubernetes_service_links_are_not_settings() -> None:
         "RELEASEBOT_PORT_8080_TCP_ADDR": "10.0.0.1",
     }
     assert load_settings(None, environ=environ) == load_settings(None, environ={})
+
+
+def test_the_fleet_section_from_file_and_environment(tmp_path: Path) -> None:
+    text = '[fleet]\nenabled = true\nnode_selector = "nvidia.com/gpu.present=true,!spot"\n'
+    settings = load_settings(write(tmp_path, text), environ={"RELEASEBOT_FLEET_GATE": "true"})
+    fleet = settings.fleet
+    assert (fleet.enabled, fleet.gate, fleet.page_size) == (True, True, 500)
+    assert fleet.gate_annotation == "releasebot.io/driver-image-ready"
+    assert fleet.selector.matches({"nvidia.com/gpu.present": "true"})
+    assert not fleet.selector.matches({"nvidia.com/gpu.present": "true", "spot": ""})
+    assert load_settings(None, environ={}).fleet.enabled is False
 
 
 def test_env_booleans() -> None:

@@ -43,7 +43,7 @@ from releasebot.domain.lifecycle import (
     start_attempt,
     unsigned,
 )
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.models import TargetReason, TargetRecord, TargetState
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.targets import diff_targets
 from releasebot.domain.versions import Arch
@@ -238,6 +238,25 @@ def test_launch_order_is_the_plan_order_of_the_due() -> None:
         "4593.2.6",
         "4593.2.5",
     ]
+
+
+def test_the_reboot_gate_first_then_pending_reboots_then_the_plan_order() -> None:
+    def due(flatcar: str, *reasons: TargetReason) -> TargetRecord:
+        plain = record(flatcar=flatcar)
+        target = replace(plain.target, reasons=frozenset(reasons))
+        return replace(plain, target=target)
+
+    targets = [
+        due("4593.2.9", TargetReason.CHANNEL),
+        due("4593.2.8", TargetReason.PENDING_REBOOT),
+        due("4593.2.7", TargetReason.FLEET),
+        due("4593.2.6", TargetReason.PENDING_REBOOT, TargetReason.CHANNEL),
+    ]
+    held = {targets[3].tag}  # a node waits at the reboot gate for this one
+    order = [r.target.flatcar_version.text for r in launch_order(targets, T0, urgent=held)]
+    assert order == ["4593.2.6", "4593.2.8", "4593.2.9", "4593.2.7"]
+    plan = launch_plan(targets, running=0, now=T0, rules=RULES, urgent=held)
+    assert [r.target.flatcar_version.text for r in plan.launch] == ["4593.2.6", "4593.2.8"]
 
 
 def test_room_for_a_target_and_the_strict_order_of_the_rest() -> None:

@@ -63,7 +63,9 @@ ROLE_RULES = {("batch", "jobs", (), verb) for verb in ("create", "get", "delete"
     ("coordination.k8s.io", "leases", (LEASE,), "update"),
     ("coordination.k8s.io", "leases", (), "create"),
 }
-NODE_RULES = {("", "nodes", (), verb) for verb in ("get", "list", "watch")}
+NODE_RULES = {("", "nodes", (), verb) for verb in ("get", "list", "watch")} | {
+    ("nvidia.com", resource, (), "list") for resource in ("clusterpolicies", "nvidiadrivers")
+}
 
 
 # -- rendering ------------------------------------------------------------------------------

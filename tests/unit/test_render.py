@@ -1,7 +1,8 @@
 """Rendering of chat messages: golden Block Kit JSON per message kind, and Block Kit's rules.
 
 Every message kind (building, published single- and multi-arch, failed with a log,
-retrying, retries exhausted, feed failing and recovered, and the thread replies) is
+retrying, retries exhausted, feed failing and recovered, the fleet's alerts, and the
+thread replies) is
 compared with ``tests/golden/*.json``; run with ``UPDATE_GOLDEN=1`` to rewrite them after
 an intended change (and review the diff). Every block must also survive slack-sdk's block
 models unchanged (``Block.parse(b).to_dict() == b``), which enforces Slack's limits.
@@ -105,6 +106,45 @@ RETRYING = failure(
 FAILED = failure(EventKind.BUILD_FAILED, log_tail=LOG)
 EXHAUSTED = failure(EventKind.RETRIES_EXHAUSTED, attempt=3, log_tail=LOG)
 
+
+def fleet_event(kind: EventKind, minutes: int, key: str, subject: str, **payload: Any) -> Event:
+    return Event(kind, f"fleet:{key}", subject, T0 + timedelta(minutes=minutes), payload)
+
+
+SINCE = T0.isoformat()
+FLEET_EXPOSED = fleet_event(
+    EventKind.FLEET_EXPOSED,
+    0,
+    f"4757.1.0@{SINCE}",
+    "Flatcar 4757.1.0",
+    flatcar_version="4757.1.0",
+    verdict="failed",
+    running=["gpu-a10g-0"],
+    running_count=1,
+    pending=[f"gpu-l40s-{n}" for n in range(20)],
+    pending_count=42,
+    images=["580.178.04-flatcar4757.1.0 failed", "595.91.07-flatcar4757.1.0 building"],
+    error=None,
+    exposed_since=SINCE,
+)
+FLEET_COVERED = fleet_event(
+    EventKind.FLEET_COVERED,
+    45,
+    f"4757.1.0@{SINCE}",
+    "Flatcar 4757.1.0",
+    flatcar_version="4757.1.0",
+    exposed_since=SINCE,
+)
+FLEET_UNREADABLE = fleet_event(
+    EventKind.FLEET_UNREADABLE,
+    0,
+    f"listing@{SINCE}",
+    "the fleet",
+    error="fleet: cannot list Nodes, planning by the channel policy: kubernetes: forbidden to "
+    "list nodes (core API group): grant releasebot's ServiceAccount 'list' on 'nodes'",
+    failing_since=SINCE,
+)
+
 MESSAGES: dict[str, list[Event]] = {
     "building": [started(arches=("amd64", "arm64"))],
     "published_single_arch": [started(), PUBLISHED],
@@ -114,6 +154,9 @@ MESSAGES: dict[str, list[Event]] = {
     "retries_exhausted": [started(attempt=3), EXHAUSTED],
     "feed_failing": [FEED_FAILING],
     "feed_recovered": [FEED_FAILING, FEED_RECOVERED],
+    "fleet_exposed": [FLEET_EXPOSED],
+    "fleet_covered": [FLEET_EXPOSED, FLEET_COVERED],
+    "fleet_unreadable": [FLEET_UNREADABLE],
 }
 REPLIES: dict[str, Event] = {
     "published": PUBLISHED,

@@ -16,6 +16,7 @@ from releasebot.domain.models import (
     DriverRelease,
     FlatcarRelease,
     Target,
+    TargetReason,
     TargetRecord,
     TargetState,
 )
@@ -81,6 +82,16 @@ def test_a_changed_target_keeps_its_state_and_history() -> None:
         2,
     )
     assert (record.first_planned_at, record.updated_at) == (T0, LATER)
+
+
+def test_a_new_reason_is_written_and_keeps_the_state() -> None:
+    old = replace(TargetRecord.new(planned(), now=T0), state=TargetState.PUBLISHED, digest="d")
+    why = frozenset({TargetReason.CHANNEL, TargetReason.PENDING_REBOOT})
+    diff = diff_targets(stored(old), [replace(planned(), reasons=why)], LATER)
+    [record] = diff.result
+    assert diff.updates == (record,)
+    assert (record.target.reasons, record.state, record.digest) == (why, TargetState.PUBLISHED, "d")
+    assert record.target.reason_text == "pending-reboot,channel"
 
 
 def test_a_required_target_that_drops_out_is_kept_as_not_required() -> None:

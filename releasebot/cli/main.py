@@ -17,11 +17,12 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING
 
 from releasebot import __version__
+from releasebot.cli import fleet
+from releasebot.cli.tables import print_coverage, print_targets, target_json
 from releasebot.domain.errors import (
     ConfigError,
     ReleasebotError,
@@ -31,8 +32,7 @@ from releasebot.domain.errors import (
 
 if TYPE_CHECKING:
     from releasebot.config import Settings
-    from releasebot.domain.models import TargetRecord
-    from releasebot.domain.ports import Registry
+    from releasebot.domain.ports import FleetSource, Registry
     from releasebot.service.plan import FeedOutcome
     from releasebot.service.reconcile import CycleReport, ReconcileService
 
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         parents=[common],
-        help="run the plan offline on the small feeds shipped with releasebot",
+        help="run the plan offline on the small feeds and the simulated fleet shipped with it",
     )
     demo.add_argument("--format", choices=("table", "json"), default="table")
     demo.add_argument(
@@ -100,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         help="keep the demo's SQLite database in DIR (default: a temporary directory)",
     )
     demo.set_defaults(handler=_cmd_demo)
+    fleet.add_commands(commands, common, _on_outcome)
 
     reconcile = commands.add_parser(
         "reconcile",
@@ -192,27 +193,33 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from releasebot.wiring import demo_registry, demo_settings
+    """The plan on the shipped feeds, for a simulated fleet, then that fleet's coverage."""
+    from releasebot.wiring import demo_fleet_source, demo_registry, demo_settings
 
     base = _load(args)
+    registry, nodes = demo_registry(base), demo_fleet_source()
     if args.dir is not None:
         directory = Path(args.dir)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise ConfigError("--dir", f"cannot use {directory}: {error.strerror}") from None
-        return _run_plan(demo_settings(base, directory), args, demo_registry(base))
+        return _run_plan(demo_settings(base, directory), args, registry, nodes)
     with tempfile.TemporaryDirectory(prefix="releasebot-demo-") as temporary:
-        return _run_plan(demo_settings(base, Path(temporary)), args, demo_registry(base))
+        return _run_plan(demo_settings(base, Path(temporary)), args, registry, nodes)
 
 
 def _run_plan(
-    settings: Settings, args: argparse.Namespace, registry: Registry | None = None
+    settings: Settings,
+    args: argparse.Namespace,
+    registry: Registry | None = None,
+    fleet_source: FleetSource | None = None,
 ) -> int:
+    """Plan and print the targets; with ``fleet_source`` (the demo), the coverage too."""
     from releasebot.wiring import reconcile_service
 
     with reconcile_service(
-        settings, _on_outcome(args), cluster=False, registry=registry
+        settings, _on_outcome(args), cluster=False, registry=registry, fleet_source=fleet_source
     ) as service:
         report = service.plan()
     assert report.plan is not None
@@ -220,7 +227,25 @@ def _run_plan(
         _error(f"warning: {warning}")
     for problem in report.errors:
         _error(f"{problem} (states are shown as last known)")
-    _print_targets(report.targets or report.plan.targets, args.format, sys.stdout)
+    targets = report.targets or report.plan.targets
+    coverage = fleet.coverage_of(report) if fleet_source is not None else None
+    if coverage is None:
+        print_targets(targets, args.format, sys.stdout)
+    elif args.format == "json":
+        from releasebot.domain.coverage import coverage_json
+        from releasebot.wiring import utc_now
+
+        now = utc_now()
+        both = {
+            "targets": [target_json(t, now) for t in targets],
+            "fleet": coverage_json(coverage),
+        }
+        json.dump(both, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print_targets(targets, args.format, sys.stdout)
+        sys.stdout.write("\nThe simulated fleet:\n")
+        print_coverage(coverage, args.format, sys.stdout)
     if not report.plan.targets and report.plan.failed:
         _error("nothing could be planned: fix the failing feeds above and run again")
         return EXIT_FAILED
@@ -347,63 +372,6 @@ def _cmd_db_current(args: argparse.Namespace) -> int:
 
     print(db_current(_load(args).database.url))
     return EXIT_OK
-
-
-def _print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> None:
-    if fmt == "json":
-        from releasebot.wiring import utc_now
-
-        now = utc_now()
-        json.dump([_target_json(target, now) for target in targets], out, indent=2)
-        out.write("\n")
-        return
-    if not targets:
-        out.write("no targets\n")
-        return
-    header = ("TAG", "DRIVER", "FLATCAR", "CHANNEL", "KERNEL", "ARCHES", "STATE", "DIGEST")
-    rows = [header] + [
-        (
-            r.tag,
-            r.target.driver_version.text,
-            r.target.flatcar_version.text,
-            r.target.flatcar_channel,
-            r.target.kernel,
-            ",".join(r.target.arches),
-            r.state.value,
-            _short_digest(r.digest),
-        )
-        for r in targets
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for row in rows:
-        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        out.write("  ".join(cells).rstrip() + "\n")
-
-
-def _short_digest(digest: str | None) -> str:
-    return "" if digest is None else digest[: len("sha256:") + 12]
-
-
-def _target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
-    from releasebot.domain.lifecycle import next_step
-
-    target = record.target
-    return {
-        "tag": target.tag,
-        "driver_version": target.driver_version.text,
-        "driver_branch": target.driver_branch,
-        "flatcar_version": target.flatcar_version.text,
-        "flatcar_channel": target.flatcar_channel,
-        "kernel": target.kernel,
-        "kernel_release": target.kernel_release,
-        "arches": [arch.value for arch in target.arches],
-        "state": record.state.value,
-        "next": next_step(record, now).value,
-        "digest": record.digest,
-        "attempts": record.attempts,
-        "last_error": record.last_error,
-        "first_planned_at": record.first_planned_at.isoformat(),
-    }
 
 
 def _progress(outcome: FeedOutcome) -> None:

@@ -1,0 +1,136 @@
+"""The fleet's commands: ``releasebot fleet`` and ``releasebot operator-values``; the tables.
+
+``fleet`` plans as ``plan`` does, but as a dry run (the store and the cluster are read,
+nothing is written) and prints the coverage: a verdict per GPU node for the version it
+runs and the one it will reboot into, and the GPU nodes releasebot ignores, with why.
+``operator-values`` prints the GPU Operator's Helm values (and, with ``--nvidia-drivers``,
+the NVIDIADriver objects) that make every GPU node pull releasebot's images
+(``domain.operator_values``). Both read the fleet even when ``fleet.enabled`` is false.
+
+Deliberately not here: anything but arguments and output (``wiring`` builds, the services
+decide). Heavy imports happen inside the commands, so ``releasebot --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from releasebot.cli.tables import error, print_coverage
+from releasebot.domain.errors import ConfigError
+
+if TYPE_CHECKING:
+    from releasebot.config import Settings
+    from releasebot.domain.coverage import Coverage
+    from releasebot.service.plan import FeedOutcome
+    from releasebot.service.reconcile import CycleReport
+
+EXIT_OK = 0
+OnOutcome = Callable[[argparse.Namespace], Callable[["FeedOutcome"], None]]
+
+
+def add_commands(commands: Any, common: argparse.ArgumentParser, on_outcome: OnOutcome) -> None:
+    """Register ``fleet`` and ``operator-values``; ``on_outcome`` makes the feed progress
+    callback of a command's arguments."""
+    fleet = commands.add_parser(
+        "fleet",
+        parents=[common],
+        help="list the GPU nodes and whether the driver image each one needs exists",
+    )
+    fleet.add_argument("--format", choices=("table", "json"), default="table")
+    fleet.set_defaults(handler=lambda args: _cmd_fleet(args, on_outcome(args)))
+    values = commands.add_parser(
+        "operator-values",
+        parents=[common],
+        help="print the GPU Operator's Helm values that pull releasebot's images",
+    )
+    values.add_argument(
+        "--driver", metavar="VERSION", help="driver to run (default: the newest one planned)"
+    )
+    values.add_argument(
+        "--nvidia-drivers",
+        action="store_true",
+        help="print the NVIDIADriver objects, one per Flatcar version (kubectl apply -f -)",
+    )
+    values.set_defaults(handler=lambda args: _cmd_operator_values(args, on_outcome(args)))
+
+
+def _fleet_plan(
+    args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], None]
+) -> tuple[Settings, CycleReport]:
+    from releasebot.config import load_settings
+    from releasebot.wiring import reconcile_service, with_fleet
+
+    settings = load_settings(args.config)
+    if not settings.fleet.enabled:
+        error("warning: fleet.enabled is false: releasebot's cycles do not build for this fleet")
+    with reconcile_service(with_fleet(settings), on_outcome, dry_run=True, cluster=False) as svc:
+        report = svc.plan()
+    assert report.plan is not None
+    for warning in report.plan.warnings:
+        error(f"warning: {warning}")
+    for problem in report.errors:
+        error(f"{problem} (states are shown as last known)")
+    return settings, report
+
+
+def coverage_of(report: CycleReport) -> Coverage | None:
+    from releasebot.service.reconcile import ReconcileService
+
+    return ReconcileService.coverage(report)
+
+
+def _cmd_fleet(args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], None]) -> int:
+    _, report = _fleet_plan(args, on_outcome)
+    coverage = coverage_of(report)
+    if coverage is None:
+        error("the fleet could not be listed (see above)")
+        return 1
+    print_coverage(coverage, args.format, sys.stdout)
+    return EXIT_OK
+
+
+def _cmd_operator_values(
+    args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], None]
+) -> int:
+    from releasebot.domain.models import TargetReason
+    from releasebot.domain.operator import OperatorView, resolve_images
+    from releasebot.domain.operator_values import (
+        nvidia_drivers_yaml,
+        render_operator_values,
+        values_yaml,
+    )
+
+    settings, report = _fleet_plan(args, on_outcome)
+    assert report.plan is not None
+    snapshot = report.plan.snapshot
+    if snapshot is None or snapshot.nodes is None:
+        error("the fleet could not be listed (see above)")
+        return 1
+    driver = args.driver
+    if driver is None:
+        planned = [
+            r.target for r in report.plan.targets if TargetReason.CHANNEL in r.target.reasons
+        ]
+        if not planned:
+            raise ConfigError("--driver", "no driver is planned yet: name one (e.g. 580.178.04)")
+        driver = max(target.driver_version for target in planned).text
+    view = snapshot.operator or OperatorView(None, None)
+    mode = resolve_images(snapshot.nodes, view, settings.registry.repository).mode
+    result = render_operator_values(
+        repository=settings.registry.repository,
+        driver_version=driver,
+        nodes=snapshot.nodes,
+        mode=mode,
+    )
+    for warning in result.warnings:
+        error(f"warning: {warning}")
+    if args.nvidia_drivers:
+        if not result.nvidia_drivers:
+            error("one Flatcar version: the ClusterPolicy's values suffice, no NVIDIADriver")
+        sys.stdout.write(nvidia_drivers_yaml(result))
+    else:
+        sys.stdout.write(values_yaml(result))
+    return EXIT_OK

@@ -1,0 +1,130 @@
+"""How the CLI shows things: aligned tables, the targets' and the coverage's JSON.
+
+Pure output over what the services returned; every command prints through these, so a
+column or a field is written in one place. Deliberately not here: deciding anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from releasebot.domain.coverage import Coverage
+    from releasebot.domain.models import TargetRecord
+
+
+def print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> None:
+    if fmt == "json":
+        from releasebot.wiring import utc_now
+
+        now = utc_now()
+        json.dump([target_json(target, now) for target in targets], out, indent=2)
+        out.write("\n")
+        return
+    if not targets:
+        out.write("no targets\n")
+        return
+    header = (
+        "TAG",
+        "DRIVER",
+        "FLATCAR",
+        "CHANNEL",
+        "KERNEL",
+        "ARCHES",
+        "REASON",
+        "STATE",
+        "DIGEST",
+    )
+    rows = [header] + [
+        (
+            r.tag,
+            r.target.driver_version.text,
+            r.target.flatcar_version.text,
+            r.target.flatcar_channel,
+            r.target.kernel,
+            ",".join(r.target.arches),
+            r.target.reason_text or "by hand",
+            r.state.value,
+            short_digest(r.digest),
+        )
+        for r in targets
+    ]
+    write_table(rows, out)
+
+
+def short_digest(digest: str | None) -> str:
+    return "" if digest is None else digest[: len("sha256:") + 12]
+
+
+def target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
+    from releasebot.domain.lifecycle import next_step
+
+    target = record.target
+    return {
+        "tag": target.tag,
+        "driver_version": target.driver_version.text,
+        "driver_branch": target.driver_branch,
+        "flatcar_version": target.flatcar_version.text,
+        "flatcar_channel": target.flatcar_channel,
+        "kernel": target.kernel,
+        "kernel_release": target.kernel_release,
+        "arches": [arch.value for arch in target.arches],
+        "reasons": target.reason_text.split(",") if target.reasons else [],
+        "state": record.state.value,
+        "next": next_step(record, now).value,
+        "digest": record.digest,
+        "attempts": record.attempts,
+        "last_error": record.last_error,
+        "first_planned_at": record.first_planned_at.isoformat(),
+    }
+
+
+def print_coverage(coverage: Coverage, fmt: str, out: TextIO) -> None:
+    """A coverage as a table (one line per GPU node, then the ignored ones) or JSON."""
+    from releasebot.domain.coverage import coverage_json
+
+    if fmt == "json":
+        json.dump(coverage_json(coverage), out, indent=2)
+        out.write("\n")
+        return
+    if not coverage.nodes and not coverage.ignored:
+        out.write("no GPU nodes\n")
+        return
+    header = ("NODE", "ARCH", "FLATCAR", "VERDICT", "PENDING", "PENDING VERDICT", "NOTE")
+    rows = [header] + [
+        (
+            node.name,
+            node.arch.value,
+            node.version.text,
+            node.verdict.value,
+            "-" if node.pending_version is None else node.pending_version.text,
+            "-" if node.pending_verdict is None else node.pending_verdict.value,
+            _note(node.before_reboot, node.note),
+        )
+        for node in coverage.nodes
+    ]
+    if coverage.nodes:
+        write_table(rows, out)
+    for node in coverage.ignored:
+        out.write(f"ignored GPU node {node.name}: {node.reason}\n")
+
+
+def _note(before_reboot: bool, note: str | None) -> str:
+    parts = (["FLUO waits to reboot it"] if before_reboot else []) + ([note] if note else [])
+    return "; ".join(parts)
+
+
+def write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    """Columns padded to their widest cell, two spaces apart, no trailing blanks."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        out.write("  ".join(cells).rstrip() + "\n")
+
+
+def error(message: str) -> None:
+    print(f"releasebot: {message}", file=sys.stderr)

@@ -1,0 +1,295 @@
+"""Planning for the fleet: the images each GPU node needs, and the targets that makes.
+
+The channel policy (``policy.plan_targets``) builds the newest releases of the configured
+channels. A node one release behind, on a channel nobody configured, or about to reboot
+into a release published an hour ago needs its image all the same, so ``plan_fleet`` adds,
+for every Flatcar GPU node, every (driver it needs) x (the version it runs, and the version
+FLUO says it will boot into) as a target, whatever the channel policy says:
+
+- the drivers: the one the GPU Operator gives the node (``operator.resolve_images``), when
+  that object pulls from releasebot's repository and names a driver release the NVIDIA
+  feed lists; otherwise (no operator, a foreign repository, no object for this node) the
+  drivers the policy selects;
+- the release: looked up in every Flatcar feed releasebot has read (the configured ones and
+  the channels the nodes follow, ``fleet_channels``); a version in no feed cannot be built
+  (there is no kernel to build against) and is a ``Need`` with a problem, never an error;
+- the arches: the nodes' own, added to the channel target's when both want one tag.
+
+Each target says why it exists (``TargetReason``); the merged plan keeps the channel
+policy's order (newest release first, then newest driver). Deliberately not here: how a
+node stands (``coverage.py``), the reboot gate (``gate.py``), reading anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from releasebot.domain.fleet import FleetNode, IgnoredNode, ParsedNode, channel_for_version
+from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, TargetReason
+from releasebot.domain.operator import DriverMode, NodeImage, OperatorView, resolve_images
+from releasebot.domain.policy import Policy, select_drivers
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
+
+WARNING_NODES = 5
+"""Nodes named in one warning line; the rest are counted."""
+_ALL_ARCHES = frozenset(Arch)
+
+
+@dataclass(frozen=True)
+class Need:
+    """One driver image one GPU node needs, for the version it runs or will reboot into."""
+
+    node: str
+    arch: Arch
+    flatcar: FlatcarVersion
+    pending: bool
+    """The node will reboot into ``flatcar`` (FLUO's ``new-version``), it does not run it."""
+    tag: str | None
+    """The image tag (``<driver>-flatcar<version>``); ``None`` when no driver is known."""
+    driver: DriverVersion | None = None
+    problem: str | None = None
+    """Why releasebot cannot build it (no feed lists the version, no such driver...)."""
+    unknown_version: bool = False
+    """No Flatcar feed releasebot reads lists ``flatcar``."""
+
+    @property
+    def buildable(self) -> bool:
+        return self.tag is not None and self.problem is None
+
+
+@dataclass(frozen=True)
+class NodeNeeds:
+    """A Flatcar GPU node and every image it needs."""
+
+    node: FleetNode
+    needs: tuple[Need, ...]
+    source: str | None = None
+    """The GPU Operator object that gives the node its driver (``ClusterPolicy/x``)."""
+    foreign: str | None = None
+    """The reference the node pulls when that is not releasebot's repository."""
+    note: str | None = None
+    """What the operator view says about this node, when it is worth a line."""
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """What the fleet needs, and the whole plan: the channel targets merged with its own."""
+
+    nodes: tuple[NodeNeeds, ...]
+    """Every Flatcar GPU node, by name."""
+    ignored: tuple[IgnoredNode, ...]
+    """GPU nodes releasebot builds nothing for (not Flatcar, no version...), and why."""
+    targets: tuple[Target, ...]
+    warnings: tuple[str, ...]
+    operator_known: bool = True
+    """False when the GPU Operator's objects could not be read: each node's driver is a
+    guess (the selected drivers), and the reboot gate trusts no guess."""
+
+    def urgent_tags(self) -> frozenset[str]:
+        """Tags a node waiting at FLUO's reboot gate needs for the version it reboots into:
+        they are launched before anything else."""
+        return frozenset(
+            need.tag
+            for entry in self.nodes
+            if entry.node.fluo.before_reboot
+            for need in entry.needs
+            if need.pending and need.tag is not None
+        )
+
+
+def fleet_channels(nodes: Iterable[ParsedNode]) -> frozenset[str]:
+    """The channel feeds the GPU nodes follow, for the versions they run and will run."""
+    channels: set[str | None] = set()
+    for node in nodes:
+        if isinstance(node, FleetNode) and node.is_gpu:
+            for version in (node.version, node.pending_version):
+                if version is not None:
+                    channels.add(channel_for_version(version, node.fluo.group))
+    return frozenset(channel for channel in channels if channel is not None)
+
+
+def plan_fleet(
+    policy: Policy,
+    channel_targets: Sequence[Target],
+    nodes: Sequence[ParsedNode],
+    operator: OperatorView | None,
+    *,
+    repository: str,
+    releases: Mapping[FlatcarVersion, FlatcarRelease],
+    drivers: Sequence[DriverRelease],
+) -> FleetPlan:
+    """The fleet's needs and the merged plan.
+
+    ``operator`` is ``None`` when the GPU Operator's objects could not be read (the
+    selected drivers stand in); ``releases`` is every release any Flatcar feed listed;
+    ``drivers`` every release of the NVIDIA feed.
+    """
+    selected = select_drivers(drivers, policy.drivers, _ALL_ARCHES)
+    by_version = {driver.version.text: driver for driver in drivers}
+    view = operator if operator is not None else OperatorView(None, None)
+    resolution = resolve_images(nodes, view, repository)
+    images = {image.node: image for image in resolution.images}
+    if resolution.mode is DriverMode.NONE:  # no operator configured: nothing to say per node
+        images = {}
+    gpu = sorted(
+        (node for node in nodes if isinstance(node, FleetNode) and node.is_gpu),
+        key=lambda node: node.name,
+    )
+    entries = tuple(
+        _node_needs(node, images.get(node.name), by_version, selected, releases) for node in gpu
+    )
+    ignored = tuple(
+        sorted(
+            (node for node in nodes if isinstance(node, IgnoredNode) and node.is_gpu),
+            key=lambda node: node.name,
+        )
+    )
+    warnings = list(resolution.warnings) if operator is not None else []
+    warnings += _need_warnings(entries)
+    if not selected and any(not entry.source for entry in entries):
+        warnings.append("fleet: no driver matches nvidia.branches or nvidia.branch_types")
+    targets = _merge(channel_targets, entries, releases, by_version)
+    return FleetPlan(entries, ignored, targets, tuple(warnings), operator is not None)
+
+
+# -- one node --------------------------------------------------------------------------------
+
+
+def _node_needs(
+    node: FleetNode,
+    image: NodeImage | None,
+    by_version: Mapping[str, DriverRelease],
+    selected: Sequence[DriverRelease],
+    releases: Mapping[FlatcarVersion, FlatcarRelease],
+) -> NodeNeeds:
+    versions = [(node.version, False)]
+    if node.pending_version is not None:
+        versions.append((node.pending_version, True))
+    if image is None or image.source is None or not image.ours:
+        foreign = None
+        note = None if image is None else image.problem
+        if image is not None and image.source is not None:  # a repository not releasebot's
+            foreign = image.reference or image.source
+            note = f"{image.source} pulls from a repository that is not releasebot's"
+        needs = tuple(
+            _need(node, driver, version, pending, releases)
+            for driver in selected
+            for version, pending in versions
+        )
+        return NodeNeeds(node, needs, None if image is None else image.source, foreign, note)
+    driver, problem = _operator_driver(image, by_version)
+    needs = tuple(
+        _need(node, driver, version, pending, releases)
+        if driver is not None
+        else Need(node.name, node.arch, version, pending, None, problem=problem)
+        for version, pending in versions
+    )
+    return NodeNeeds(node, needs, image.source, None, image.problem)
+
+
+def _operator_driver(
+    image: NodeImage, by_version: Mapping[str, DriverRelease]
+) -> tuple[DriverRelease | None, str | None]:
+    """The driver release the operator object names, or why releasebot cannot build it."""
+    source, version = image.source, image.version
+    if image.problem is not None:
+        return None, image.problem
+    if image.precompiled:
+        return None, (
+            f"{source} sets usePrecompiled: releasebot builds <driver>-flatcar<version> "
+            "images, not precompiled ones"
+        )
+    if version.startswith("sha256:"):
+        return None, f"{source} pins the driver image by digest: one image for every version"
+    found = by_version.get(version)
+    if found is None:
+        shown = version or "no version"
+        return None, f"{source} names driver {shown!r}, which the NVIDIA feed does not list"
+    return found, None
+
+
+def _need(
+    node: FleetNode,
+    driver: DriverRelease,
+    version: FlatcarVersion,
+    pending: bool,
+    releases: Mapping[FlatcarVersion, FlatcarRelease],
+) -> Need:
+    need = Need(node.name, node.arch, version, pending, image_tag(driver.version, version))
+    need = replace(need, driver=driver.version)
+    release = releases.get(version)
+    if release is None:
+        why = f"Flatcar {version} is in no feed releasebot reads: no image can be built"
+        return replace(need, problem=why, unknown_version=True)
+    if node.arch not in release.arches:
+        return replace(need, problem=f"Flatcar {version} lists no {node.arch} build")
+    if node.arch not in driver.arches:
+        why = f"driver {driver.version} has no {node.arch.nvidia_name} runfile"
+        return replace(need, problem=why)
+    return need
+
+
+def _need_warnings(entries: Sequence[NodeNeeds]) -> list[str]:
+    """One line per problem, naming a few of the nodes that have it."""
+    nodes_by_problem: dict[str, list[str]] = {}
+    for entry in entries:
+        for need in entry.needs:
+            if need.problem is not None:
+                nodes_by_problem.setdefault(need.problem, []).append(entry.name)
+    return [
+        f"fleet: {problem} (node {_some(names)})"
+        for problem, names in sorted(nodes_by_problem.items())
+    ]
+
+
+def _some(names: Collection[str]) -> str:
+    unique = sorted(set(names))
+    shown = ", ".join(unique[:WARNING_NODES])
+    more = len(unique) - WARNING_NODES
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+# -- the merged plan ---------------------------------------------------------------------------
+
+
+def _merge(
+    channel_targets: Sequence[Target],
+    entries: Sequence[NodeNeeds],
+    releases: Mapping[FlatcarVersion, FlatcarRelease],
+    by_version: Mapping[str, DriverRelease],
+) -> tuple[Target, ...]:
+    """The channel targets, with the fleet's arches and reasons added to those it needs
+    too, and a target of its own for every other buildable need."""
+    fleet: dict[str, Target] = {}
+    for entry in entries:
+        for need in entry.needs:
+            if not need.buildable or need.driver is None:
+                continue
+            reason = TargetReason.PENDING_REBOOT if need.pending else TargetReason.FLEET
+            known = fleet.get(need.tag or "")
+            if known is None:
+                driver, release = by_version[need.driver.text], releases[need.flatcar]
+                known = Target.of(driver, release, frozenset({need.arch}), frozenset({reason}))
+            fleet[known.tag] = replace(
+                known,
+                arches=(*known.arches, need.arch),
+                reasons=known.reasons | {reason},
+            )
+    merged = []
+    for target in channel_targets:
+        extra = fleet.pop(target.tag, None)
+        if extra is not None:
+            target = replace(
+                target,
+                arches=(*target.arches, *extra.arches),
+                reasons=target.reasons | extra.reasons,
+            )
+        merged.append(target)
+    merged += fleet.values()
+    merged.sort(key=lambda t: (t.flatcar_version, t.driver_version), reverse=True)
+    return tuple(merged)

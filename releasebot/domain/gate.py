@@ -1,0 +1,106 @@
+"""The reboot gate: when releasebot lets the Flatcar update operator reboot a node.
+
+FLUO, started with ``--before-reboot-annotations=releasebot.io/driver-image-ready``, labels
+a node ``before-reboot=true`` when it wants to reboot it and waits until that annotation
+is ``"true"``; then it deletes the label and the annotation and reboots the node
+(flatcar-linux-update-operator ``pkg/operator/operator.go``, ``checkReboot``). releasebot
+answers for each node ``decide_gates`` says:
+
+- open (annotation ``"true"``, and ``GATE_VERSION_ANNOTATION`` = the pending version) once
+  every image the node needs for the version it reboots into is verified, for every driver
+  it needs; a node without GPU labels needs none and is opened at once;
+- leave it closed, and say why, while an image is building, missing or failed, while the
+  pending version is unknown (no ``new-version``), in no feed, or pulled from a repository
+  that is not releasebot's, and while the GPU Operator's objects cannot be read: the gate
+  never opens on doubt;
+- close it (remove both annotations) when it no longer holds: the pending version changed
+  since it was opened, an image it vouched for is gone, or FLUO is not waiting any more.
+  A gate annotation without the version annotation was set by a person: it is theirs, and
+  left alone (FLUO deletes it when it reboots the node).
+
+Deliberately not here: writing the annotations (the ``NodeAnnotator`` adapter) and the
+order builds run in (``lifecycle.launch_order`` puts these images first).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from releasebot.domain.coverage import Coverage, NodeCoverage, Verdict
+from releasebot.domain.fleet import FleetNode, ParsedNode
+
+NO_VERSION = "-"
+"""The version annotation of a node opened without a known pending version (no GPU)."""
+
+
+class GateMove(enum.StrEnum):
+    OPEN = "open"
+    CLOSE = "close"
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What to do with one node's gate; ``move`` ``None``: leave it as it is."""
+
+    node: str
+    move: GateMove | None
+    why: str
+    version: str = NO_VERSION
+    """What the version annotation says after opening."""
+    resource_version: str | None = None
+    """The node as it was read: an open is sent on this condition (409 if it changed)."""
+
+
+def decide_gates(
+    nodes: Sequence[ParsedNode], coverage: Coverage, *, operator_known: bool
+) -> tuple[GateDecision, ...]:
+    """A decision for every Flatcar node FLUO waits on or whose gate is set, by name."""
+    covered = {node.name: node for node in coverage.nodes}
+    decisions = []
+    for node in sorted(nodes, key=lambda node: node.name):
+        if not isinstance(node, FleetNode):
+            continue  # not Flatcar or not understood: FLUO does not manage it, or doubt
+        is_set = node.gate == "true"
+        if not node.fluo.before_reboot and not is_set and node.gate_version is None:
+            continue
+        ready, why = _ready(node, covered.get(node.name), operator_known)
+        version = NO_VERSION if node.pending_version is None else node.pending_version.text
+        if ready and not (is_set and node.gate_version == version):
+            decisions.append(
+                GateDecision(node.name, GateMove.OPEN, why, version, node.resource_version)
+            )
+        elif not ready and node.gate_version is not None:  # releasebot's own: it goes
+            decisions.append(GateDecision(node.name, GateMove.CLOSE, why))
+        else:
+            decisions.append(GateDecision(node.name, None, why, version))
+    return tuple(decisions)
+
+
+def _ready(node: FleetNode, covered: NodeCoverage | None, operator_known: bool) -> tuple[bool, str]:
+    """Whether the node may reboot now, and why (one line)."""
+    if not node.fluo.before_reboot:
+        return False, "FLUO is not waiting to reboot it"
+    if not node.is_gpu:
+        return True, "no GPU labels: the node needs no driver image"
+    pending = node.pending_version
+    if pending is None:
+        return False, "FLUO's new-version annotation does not say which version it reboots into"
+    if covered is None or covered.pending_version != pending:
+        return False, f"no coverage known for Flatcar {pending}"
+    if not operator_known:
+        return False, "the GPU Operator's objects could not be read: its driver is unknown"
+    images = [image for image in covered.images if image.pending]
+    if covered.pending_verdict is Verdict.FOREIGN:
+        return False, "it pulls from a repository that is not releasebot's"
+    if not images:
+        return False, f"no driver is known for Flatcar {pending}"
+    waiting = [image for image in images if image.verdict is not Verdict.VERIFIED]
+    if waiting:
+        first = waiting[0]
+        what = first.tag or f"Flatcar {pending}"
+        more = f" (+{len(waiting) - 1} more)" if len(waiting) > 1 else ""
+        return False, f"{what}: {first.verdict}{more}"
+    tags = ", ".join(image.tag or "" for image in images)
+    return True, f"verified for Flatcar {pending}: {tags}"

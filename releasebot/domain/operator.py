@@ -1,0 +1,352 @@
+"""The operator view: which driver image the NVIDIA GPU Operator makes each GPU node pull.
+
+``parse_cluster_policy`` and ``parse_nvidia_driver`` read the driver image a ClusterPolicy
+(``nvidia.com/v1``, ``spec.driver``) or an NVIDIADriver (``nvidia.com/v1alpha1``, ``spec``)
+configures; ``resolve_images`` applies the operator's rules to the parsed fleet and says,
+per Flatcar GPU node, the exact reference the operator gives it, whether the repository is
+releasebot's own (a foreign one is reported, never built for or pushed to), and why a node
+gets no usable image. The rules, as NVIDIA/gpu-operator implements them:
+
+- Image path (``internal/image/image.go``, ``ImagePath``): ``<repository>/<image>:<version>``;
+  ``<repository>/<image>@<version>`` when the version starts with ``sha256:``; ``<image>``
+  alone when repository and version are both empty.
+- OS suffix: ``-<ID><VERSION_ID>`` from the node's NFD labels (``flatcar4593.2.5``), left
+  off when the path contains ``sha256:`` (``api/nvidia/v1alpha1/nvidiadriver_types.go``,
+  ``GetImagePath``; ``controllers/object_controls.go``, ``resolveDriverTag``).
+- Precompiled: ``<repository>/<image>:<version>-<kernel-version.full>-<os tag>``
+  (``GetPrecompiledImagePath``); an NVIDIADriver refuses a digest there, a ClusterPolicy
+  builds a broken ``...:sha256:...-<kernel>`` reference.
+- ClusterPolicy: ONE OS tag for every GPU node, taken from the first Node its List of
+  ``nvidia.com/gpu.present=true`` returns (``kernelFullVersion`` in
+  ``controllers/object_controls.go``; ``getGPUNodeOSTag`` with ``client.Limit(1)`` in newer
+  ``controllers/state_manager.go``). That List is served by controller-runtime's informer
+  cache (``cmd/gpu-operator/main.go`` uses ``mgr.GetClient()``), whose ``CacheReader.List``
+  returns client-go's thread-safe map in Go map order (``pkg/cache/internal/
+  cache_reader.go``): "first" is neither name order nor stable between reconciles. On a
+  fleet with two OS tags any GPU node may be given either; releasebot reports every
+  reference such a node may pull.
+- NVIDIADriver (``internal/state/nodepool.go``, ``getNodePools``): the GPU nodes matching
+  its ``nodeSelector`` (all GPU nodes when empty), pooled by their NFD ID+VERSION_ID (and
+  kernel when precompiled); a node without those labels is skipped with a warning, so it
+  gets no driver. Two NVIDIADrivers selecting one node are rejected (``conflicting
+  NVIDIADriver NodeSelectors``). NVIDIADrivers only act when the ClusterPolicy sets
+  ``spec.driver.useNvidiaDriverCRD`` (``controllers/nvidiadriver_controller.go``).
+
+Deliberately not here: listing the objects (``releasebot/fleet/``), rendering a
+configuration (``operator_values.py``), the "default" NVIDIADriver of operator 26.x (a
+fallback for unselected nodes: reported as unselected), vGPU driver types.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from releasebot.domain.fleet import GPU_PRESENT, FleetNode, ParsedNode
+from releasebot.domain.untrusted import clean, quoted
+from releasebot.domain.versions import is_oci_tag
+
+MIN_MULTI_POOL_OPERATOR = "26.3.0"
+"""The first GPU Operator whose NVIDIADriver picks the right image on multi-pool clusters."""
+REFERENCE_MAX_CHARS = 512
+_DIGEST = "sha256:"
+
+
+class SourceKind(enum.StrEnum):
+    CLUSTER_POLICY = "ClusterPolicy"
+    NVIDIA_DRIVER = "NVIDIADriver"
+
+
+@dataclass(frozen=True)
+class DriverSource:
+    """The driver image one ClusterPolicy or NVIDIADriver configures."""
+
+    kind: SourceKind
+    name: str
+    repository: str
+    image: str
+    version: str
+    precompiled: bool = False
+    node_selector: tuple[tuple[str, str], ...] = ()
+    driver_type: str = "gpu"
+    enabled: bool = True
+    """ClusterPolicy ``spec.driver.enabled`` (default true): the operator deploys drivers."""
+    defers_to_crd: bool = False
+    """ClusterPolicy ``spec.driver.useNvidiaDriverCRD``: NVIDIADriver objects decide."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def path(self) -> str:
+        """``ImagePath``: what the operator appends the node's suffix to."""
+        if not self.repository and not self.version:
+            return self.image
+        separator = "@" if self.version.startswith(_DIGEST) else ":"
+        return f"{self.repository}/{self.image}{separator}{self.version}"
+
+    def is_ours(self, repository: str) -> bool:
+        """True when this source pulls from releasebot's repository (``host/path``)."""
+        base = self.path.split("@", 1)[0]
+        if ":" in base.rsplit("/", 1)[-1]:
+            base = base.rsplit(":", 1)[0]
+        return _normal(base) == _normal(repository)
+
+    def reference(self, os_tag: str, kernel: str | None) -> tuple[str | None, str | None]:
+        """The reference a node with ``os_tag`` (and ``kernel``) pulls, or a problem."""
+        if not self.image:
+            return None, f"{self.label} names no driver image"
+        if not self.precompiled:
+            path = self.path
+            reference = path if _DIGEST in path else f"{path}-{os_tag}"
+        elif kernel is None:
+            return None, "usePrecompiled needs the node's NFD kernel-version.full label"
+        elif self.kind is SourceKind.NVIDIA_DRIVER and _DIGEST in self.path:
+            return None, f"{self.label} sets usePrecompiled with a digest: the operator refuses it"
+        elif self.kind is SourceKind.NVIDIA_DRIVER:
+            reference = f"{self.path}-{kernel}-{os_tag}"
+        else:
+            if not self.repository and not self.version:
+                head = f"{self.image}-{kernel}"
+            else:
+                head = f"{self.repository}/{self.image}:{self.version}-{kernel}"
+            reference = head if _DIGEST in head else f"{head}-{os_tag}"
+        tag = reference.rsplit("/", 1)[-1].partition(":")[2]
+        if "@" not in reference and not is_oci_tag(tag):
+            return None, f"{quoted(reference, limit=120)} is not a valid image reference"
+        return reference, None
+
+
+@dataclass(frozen=True)
+class CrdAbsent:
+    """The API server serves no such resource: its CustomResourceDefinition is not installed."""
+
+    resource: str
+    """``plural.group``, e.g. ``clusterpolicies.nvidia.com``."""
+
+
+@dataclass(frozen=True)
+class OperatorView:
+    """The GPU Operator's objects; ``None`` for a kind whose CRD is not installed."""
+
+    cluster_policies: tuple[DriverSource, ...] | None
+    nvidia_drivers: tuple[DriverSource, ...] | None
+
+    @classmethod
+    def of(
+        cls,
+        cluster_policies: tuple[DriverSource, ...] | CrdAbsent,
+        nvidia_drivers: tuple[DriverSource, ...] | CrdAbsent,
+    ) -> OperatorView:
+        """The view from what a ``FleetSource`` answered."""
+        return cls(
+            None if isinstance(cluster_policies, CrdAbsent) else cluster_policies,
+            None if isinstance(nvidia_drivers, CrdAbsent) else nvidia_drivers,
+        )
+
+
+class DriverMode(enum.StrEnum):
+    NONE = "none"
+    """No ClusterPolicy: the operator is not installed or not configured."""
+    DISABLED = "disabled"
+    """The ClusterPolicy sets ``driver.enabled: false``: drivers come from elsewhere."""
+    CLUSTER_POLICY = "cluster-policy"
+    NVIDIA_DRIVER = "nvidia-driver"
+
+
+@dataclass(frozen=True)
+class NodeImage:
+    """What the operator makes one Flatcar GPU node pull."""
+
+    node: str
+    source: str | None
+    """The object that decides (``ClusterPolicy/cluster-policy``); ``None`` if none does."""
+    reference: str | None
+    """The reference that works on this node; ``None`` when the operator gives it none."""
+    alternatives: tuple[str, ...] = ()
+    """Other references it may get instead (ClusterPolicy on a fleet with several OS tags)."""
+    ours: bool = False
+    """The reference is in releasebot's repository (else: reported, never built)."""
+    problem: str | None = None
+    version: str = ""
+    """The deciding object's driver ``version`` as written (a release, a branch, a digest)."""
+    precompiled: bool = False
+
+
+@dataclass(frozen=True)
+class ImageResolution:
+    mode: DriverMode
+    images: tuple[NodeImage, ...]
+    warnings: tuple[str, ...]
+
+
+def parse_cluster_policy(raw: object) -> DriverSource:
+    """The driver part of a ClusterPolicy (``spec.driver``) as a ``DriverSource``."""
+    meta, spec = _object(raw)
+    driver = _mapping(spec.get("driver"))
+    return DriverSource(
+        kind=SourceKind.CLUSTER_POLICY,
+        name=_name(meta),
+        repository=_text(driver.get("repository")),
+        image=_text(driver.get("image")),
+        version=_text(driver.get("version")),
+        precompiled=driver.get("usePrecompiled") is True,
+        enabled=driver.get("enabled") is not False,
+        defers_to_crd=driver.get("useNvidiaDriverCRD") is True,
+    )
+
+
+def parse_nvidia_driver(raw: object) -> DriverSource:
+    """An NVIDIADriver's ``spec`` as a ``DriverSource`` (the CRD defaults ``driverType: gpu``)."""
+    meta, spec = _object(raw)
+    selector = _mapping(spec.get("nodeSelector"))
+    pairs = sorted(
+        (key, value)
+        for key, value in ((clean(k, limit=317), clean(v, limit=63)) for k, v in selector.items())
+        if key is not None
+    )
+    return DriverSource(
+        kind=SourceKind.NVIDIA_DRIVER,
+        name=_name(meta),
+        repository=_text(spec.get("repository")),
+        image=_text(spec.get("image")),
+        version=_text(spec.get("version")),
+        precompiled=spec.get("usePrecompiled") is True,
+        node_selector=tuple((key, value or "") for key, value in pairs),
+        driver_type=_text(spec.get("driverType")) or "gpu",
+    )
+
+
+def resolve_images(
+    nodes: Sequence[ParsedNode], view: OperatorView, repository: str
+) -> ImageResolution:
+    """Per Flatcar GPU node, the image the operator gives it, by the rules above."""
+    flatcar = [node for node in nodes if isinstance(node, FleetNode) and node.is_gpu]
+    policies = sorted(view.cluster_policies or (), key=lambda source: source.name)
+    drivers = [d for d in view.nvidia_drivers or () if d.driver_type == "gpu"]
+    warnings: list[str] = []
+    if len(policies) > 1:
+        names = ", ".join(policy.name for policy in policies)
+        warnings.append(f"several ClusterPolicies ({names}): the operator acts on one only")
+    if not policies:
+        if drivers:
+            warnings.append(
+                "NVIDIADriver objects exist but no ClusterPolicy: no driver is deployed"
+            )
+        return ImageResolution(DriverMode.NONE, _none(flatcar, "no ClusterPolicy"), tuple(warnings))
+    policy = policies[0]
+    if policy.defers_to_crd:
+        if not drivers:
+            warnings.append(f"{policy.label} defers to NVIDIADriver objects, but there are none")
+        images = tuple(_by_nvidia_driver(node, drivers, repository) for node in flatcar)
+        return ImageResolution(DriverMode.NVIDIA_DRIVER, images, tuple(warnings))
+    if not policy.enabled:
+        why = f"{policy.label} sets driver.enabled: false"
+        return ImageResolution(DriverMode.DISABLED, _none(flatcar, why), tuple(warnings))
+    if drivers:
+        warnings.append(
+            f"NVIDIADriver objects are ignored: {policy.label} does not set useNvidiaDriverCRD"
+        )
+    tags = _cluster_policy_tags(nodes)
+    if len(tags) > 1:
+        shown = ", ".join(tag or "<no NFD labels>" for tag in sorted(tags, key=str))
+        warnings.append(
+            f"{policy.label} gives all GPU nodes the OS tag of one of them, whichever the "
+            f"operator lists first, but they have {len(tags)} OS tags ({shown}): use one "
+            f"NVIDIADriver per Flatcar version (GPU Operator >= {MIN_MULTI_POOL_OPERATOR})"
+        )
+    if None in tags:
+        warnings.append(
+            "a GPU node without NFD os_release labels makes the ClusterPolicy driver fail if picked"
+        )
+    images = tuple(_by_cluster_policy(node, policy, tags, repository) for node in flatcar)
+    return ImageResolution(DriverMode.CLUSTER_POLICY, images, tuple(warnings))
+
+
+def _cluster_policy_tags(nodes: Sequence[ParsedNode]) -> set[str | None]:
+    """Every OS tag the ClusterPolicy may take: one per GPU node, Flatcar or not."""
+    return {node.os_tag for node in nodes if node.is_gpu}
+
+
+def _by_cluster_policy(
+    node: FleetNode, policy: DriverSource, tags: set[str | None], repository: str
+) -> NodeImage:
+    own = node.os_tag or f"flatcar{node.version.text}"
+    reference, problem = policy.reference(own, node.kernel)
+    others = []
+    for tag in sorted(tag for tag in tags if tag is not None and tag != own):
+        other, _ = policy.reference(tag, node.kernel)
+        if other is not None and other != reference:
+            others.append(other)
+    return NodeImage(
+        node.name,
+        policy.label,
+        reference,
+        tuple(others),
+        policy.is_ours(repository),
+        problem,
+        policy.version,
+        policy.precompiled,
+    )
+
+
+def _by_nvidia_driver(
+    node: FleetNode, drivers: Sequence[DriverSource], repository: str
+) -> NodeImage:
+    labels: Mapping[str, str] = {**node.labels, GPU_PRESENT: "true"}
+    chosen = [d for d in drivers if all(labels.get(k) == v for k, v in d.node_selector)]
+    if not chosen:
+        return NodeImage(node.name, None, None, problem="no NVIDIADriver selects this node")
+    if len(chosen) > 1:
+        names = ", ".join(sorted(d.name for d in chosen))
+        return NodeImage(
+            node.name,
+            None,
+            None,
+            problem=f"selected by several NVIDIADrivers ({names}): the operator rejects them",
+        )
+    driver = chosen[0]
+    ours = driver.is_ours(repository)
+    reference: str | None = None
+    problem: str | None = (
+        "no NFD os_release labels: the operator puts the node in no pool and deploys no driver"
+    )
+    if node.os_tag is not None:
+        reference, problem = driver.reference(node.os_tag, node.kernel)
+    return NodeImage(
+        node.name,
+        driver.label,
+        reference,
+        ours=ours,
+        problem=problem,
+        version=driver.version,
+        precompiled=driver.precompiled,
+    )
+
+
+def _none(nodes: Sequence[FleetNode], why: str) -> tuple[NodeImage, ...]:
+    return tuple(NodeImage(node.name, None, None, problem=why) for node in nodes)
+
+
+def _normal(repository: str) -> str:
+    host, _, path = repository.strip().strip("/").partition("/")
+    return f"{host.lower()}/{path}" if path else host.lower()
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _object(raw: object) -> tuple[Mapping[str, object], Mapping[str, object]]:
+    obj = _mapping(raw)
+    return _mapping(obj.get("metadata")), _mapping(obj.get("spec"))
+
+
+def _name(meta: Mapping[str, object]) -> str:
+    return clean(meta.get("name"), limit=253) or "(unnamed)"
+
+
+def _text(value: object) -> str:
+    return clean(value, limit=REFERENCE_MAX_CHARS) or ""

@@ -1,0 +1,78 @@
+"""``KubernetesNodeAnnotator``: the reboot gate's annotations, written with a JSON merge patch.
+
+Opening sends ``{"metadata": {"resourceVersion": <as listed>, "annotations": {<gate>:
+"true", <version annotation>: <pending version>}}}``: the API server applies it only if
+the Node has not changed since releasebot read it (else 409 ``Conflict``), so the gate is
+never opened for a pending version that changed in between (FLUO's agent rewrites
+``new-version`` when update_engine installs a newer release while the node waits).
+Closing sends both annotations as ``null`` (removed), unconditionally: removing is always
+safe. A Node that is gone (404) needs nothing. Calls and their errors go through
+``edge/kube.py``: a 403 names the ``patch`` permission on ``nodes`` to grant.
+
+Deliberately not here: deciding (``domain.gate``), reading Nodes (``kubernetes.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube import Client
+from lightkube.types import PatchType
+
+from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, GATE_VERSION_ANNOTATION
+from releasebot.edge.kube import Answered, Permission, kube_call
+from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
+from releasebot.fleet.kubernetes import DEFAULT_POLICY, NODES
+
+_GONE = 404
+_CHANGED = 409
+_PATCH_NODES = Permission("patch", "nodes")
+
+
+class KubernetesNodeAnnotator:
+    """Opens and closes the reboot gate on Nodes through ``client``."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        annotation: str = DEFAULT_GATE_ANNOTATION,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        sleep: Sleep = real_sleep,
+    ) -> None:
+        self._client = client
+        self._annotation = annotation
+        self._policy = policy
+        self._sleep = sleep
+
+    def open_gate(self, node: str, version: str, resource_version: str | None) -> bool:
+        metadata: dict[str, Any] = {
+            "annotations": {self._annotation: "true", GATE_VERSION_ANNOTATION: version}
+        }
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        try:
+            self._patch(f"open the reboot gate of node {node}", node, {"metadata": metadata})
+        except Answered:  # changed since it was listed, or gone: decided again next cycle
+            return False
+        return True
+
+    def close_gate(self, node: str) -> None:
+        removal = {"annotations": {self._annotation: None, GATE_VERSION_ANNOTATION: None}}
+        try:
+            self._patch(f"close the reboot gate of node {node}", node, {"metadata": removal})
+        except Answered:
+            return  # gone: nothing to close
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _patch(self, what: str, node: str, patch: dict[str, Any]) -> None:
+        kube_call(
+            what,
+            lambda: self._client.patch(NODES.resource, node, patch, patch_type=PatchType.MERGE),
+            policy=self._policy,
+            sleep=self._sleep,
+            answers={_GONE, _CHANGED},
+            permission=_PATCH_NODES,
+        )

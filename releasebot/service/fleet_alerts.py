@@ -1,0 +1,125 @@
+"""The fleet's two alerts, each told once when it starts and once when it ends.
+
+- **Exposed**: GPU nodes run a Flatcar version without a verified driver image, or will
+  reboot into one with no prospect of an image (``coverage.Exposure``). One alert per
+  version, the unit a person fixes, whatever the number of nodes.
+- **Unreadable**: the fleet (Nodes, or the GPU Operator's objects) could not be listed;
+  planning falls back to the channel policy meanwhile.
+
+What is being told lives in two flags: ``fleet-exposed`` (a JSON map of version to the time
+the exposure began) and ``fleet-unreadable`` (when the failures began). An alert and its
+flag are written in one transaction (``set_flag`` with the event), as the feed alerts are,
+so a crash neither loses nor repeats one; the start and the end of one alert share a
+message key, so the chat edits one message. A flag that does not read as releasebot wrote
+it is taken as empty. Deliberately not here: deciding who is exposed (``domain.coverage``)
+and rendering (``notify.render``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from releasebot.domain.coverage import Exposure
+from releasebot.domain.events import Event, EventKind, Payload
+from releasebot.domain.ports import StateStore
+
+log = logging.getLogger("releasebot.fleet")
+
+EXPOSED_FLAG = "fleet-exposed"
+UNREADABLE_FLAG = "fleet-unreadable"
+NODES_SHOWN = 20
+"""Node names an alert carries; the rest are counted (a chat message is not a report)."""
+FLAG_MAX_VERSIONS = 200
+"""Versions kept in the exposed flag: far more than a fleet runs at once."""
+
+
+class FleetAlerts:
+    """Tells the start and the end of the fleet's alerts through the store's outbox."""
+
+    def __init__(self, store: StateStore, clock: Callable[[], datetime]) -> None:
+        self._store = store
+        self._clock = clock
+
+    def listing_failed(self, problem: str) -> None:
+        since = self._store.flag(UNREADABLE_FLAG)
+        if since is not None:
+            return
+        now = self._clock()
+        since = now.isoformat()
+        payload: Payload = {"error": problem, "failing_since": since}
+        key = _key("listing", since)
+        event = Event(EventKind.FLEET_UNREADABLE, key, "the fleet", now, payload)
+        self._store.set_flag(UNREADABLE_FLAG, since, now, events=[event])
+
+    def listing_worked(self) -> None:
+        since = self._store.flag(UNREADABLE_FLAG)
+        if since is None:
+            return
+        now = self._clock()
+        payload: Payload = {"failing_since": since}
+        key = _key("listing", since)
+        event = Event(EventKind.FLEET_READABLE, key, "the fleet", now, payload)
+        self._store.set_flag(UNREADABLE_FLAG, None, now, events=[event])
+
+    def exposures(self, exposures: Sequence[Exposure]) -> list[Event]:
+        """Tell the exposures that began and those that ended since the last call; returns
+        the events written (none when nothing changed)."""
+        told = _read(self._store.flag(EXPOSED_FLAG))
+        now = self._clock()
+        current = {exposure.key: exposure for exposure in exposures}
+        events = []
+        for version, exposure in current.items():
+            if version not in told:
+                told[version] = now.isoformat()
+                events.append(_exposed(exposure, told[version], now))
+        for version in sorted(set(told) - set(current)):
+            since = told.pop(version)
+            payload: Payload = {"flatcar_version": version, "exposed_since": since}
+            subject = f"Flatcar {version}"
+            events.append(
+                Event(EventKind.FLEET_COVERED, _key(version, since), subject, now, payload)
+            )
+        if events:
+            kept = dict(sorted(told.items())[-FLAG_MAX_VERSIONS:])
+            value = json.dumps(kept, sort_keys=True) if kept else None
+            self._store.set_flag(EXPOSED_FLAG, value, now, events=events)
+            for event in events:
+                log.warning("fleet alert: %s %s", event.kind.value, event.subject)
+        return events
+
+
+def _exposed(exposure: Exposure, since: str, now: datetime) -> Event:
+    problem = next((image.problem for image in exposure.images if image.problem), None)
+    payload: Payload = {
+        "flatcar_version": exposure.version.text,
+        "verdict": exposure.verdict.value,
+        "running": list(exposure.running[:NODES_SHOWN]),
+        "running_count": len(exposure.running),
+        "pending": list(exposure.pending[:NODES_SHOWN]),
+        "pending_count": len(exposure.pending),
+        "images": [f"{image.tag or 'no image'} {image.verdict.value}" for image in exposure.images],
+        "error": problem,
+        "exposed_since": since,
+    }
+    subject = f"Flatcar {exposure.version.text}"
+    return Event(EventKind.FLEET_EXPOSED, _key(exposure.key, since), subject, now, payload)
+
+
+def _key(what: str, since: str) -> str:
+    """One chat message per alert: its subject plus when it began."""
+    return f"fleet:{what}@{since}"
+
+
+def _read(value: str | None) -> dict[str, str]:
+    if value is None:
+        return {}
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}

@@ -1,0 +1,138 @@
+"""The opt-in kustomize components: ``reboot-gate`` and ``alerts``, on top of each overlay.
+
+Each component is built with ``kubectl kustomize`` into an overlay (a kustomization in a
+temporary directory naming the overlay and the component). Covers: the reboot gate adds
+exactly ``patch`` on Nodes, bound to the bot's ServiceAccount, and turns the gate on in
+whichever workload the overlay runs (settings loaded as the Pods get them), while the
+base alone leaves the gate off and the fleet on; every object still validates strictly;
+the PrometheusRule's expressions name only series ``ServiceMetrics`` exports, with label
+values it writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from releasebot.config import load_settings
+from releasebot.domain.coverage import Verdict
+from releasebot.service.metrics import ServiceMetrics
+from tests.unit.test_manifests import (
+    CONFIG,
+    NODE_RULES,
+    OVERLAYS,
+    SCHEMA_VERSIONS,
+    _environment,
+    _kubectl,
+    bot_container,
+    of_kind,
+    pod_templates,
+    render,
+    rules,
+)
+
+GATE_RULES = {("", "nodes", (), "patch")}
+_SERIES = re.compile(r"\b(releasebot_[a-z_]+)\b")
+_LABEL = re.compile(r'(\w+)\s*(=~|=)\s*"([^"]*)"')
+
+
+def with_component(overlay: str, component: str, tmp_path: Path) -> list[dict[str, Any]]:
+    kubectl = _kubectl()
+    if kubectl is None:
+        render(overlay)  # skips (or fails in CI) with the reason
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                # Relative: kustomize refuses absolute roots.
+                "resources": [os.path.relpath(CONFIG / "overlays" / overlay, site)],
+                "components": [os.path.relpath(CONFIG / "components" / component, site)],
+            }
+        )
+    )
+    result = subprocess.run(
+        [str(kubectl), "kustomize", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [obj for obj in yaml.safe_load_all(result.stdout) if obj is not None]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_reboot_gate_adds_patch_on_nodes_and_turns_the_gate_on(
+    overlay: str, tmp_path: Path
+) -> None:
+    objects = with_component(overlay, "reboot-gate", tmp_path)
+    roles = {role["metadata"]["name"]: rules(role) for role in of_kind(objects, "ClusterRole")}
+    assert roles == {"releasebot-node-reader": NODE_RULES, "releasebot-reboot-gate": GATE_RULES}
+    [binding] = [
+        b for b in of_kind(objects, "ClusterRoleBinding") if b["roleRef"]["name"].endswith("gate")
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "releasebot", "namespace": "releasebot"}
+    ]
+    for version in SCHEMA_VERSIONS:
+        for obj in objects:
+            kubernetes_validate.validate(obj, version, strict=True)
+    configmap = next(c for c in of_kind(objects, "ConfigMap") if "releasebot.toml" in c["data"])
+    settings_file = tmp_path / "releasebot.toml"
+    settings_file.write_text(configmap["data"]["releasebot.toml"], encoding="utf-8")
+    for where, template in pod_templates(objects):
+        environ = _environment(template, {"releasebot-database": {"url": "postgresql://x/y"}})
+        assert environ["RELEASEBOT_FLEET_GATE"] == "true", where
+        docker_config = tmp_path / "config.json"
+        docker_config.write_text("{}")
+        environ["RELEASEBOT_REGISTRY_DOCKER_CONFIG"] = str(docker_config)  # not in-cluster
+        fleet = load_settings(settings_file, environ=environ).fleet
+        assert (fleet.enabled, fleet.gate) == (True, True)
+
+
+def test_without_the_component_the_fleet_is_read_and_the_gate_stays_off() -> None:
+    raw = tomllib.loads((CONFIG / "base" / "releasebot.toml").read_text(encoding="utf-8"))
+    assert raw["fleet"]["enabled"] is True
+    assert "gate" not in raw["fleet"]
+    for _, template in pod_templates(render("postgres")):
+        names = {var["name"] for var in bot_container(template).get("env", [])}
+        assert "RELEASEBOT_FLEET_GATE" not in names
+
+
+def test_the_prometheus_rule_watches_what_releasebot_exports(tmp_path: Path) -> None:
+    objects = with_component("postgres", "alerts", tmp_path)
+    [rule] = of_kind(objects, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["namespace"] == "releasebot"
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert set(alerts) == {
+        "ReleasebotFleetNodeWithoutImage",
+        "ReleasebotFleetPendingRebootWithoutImage",
+    }
+    assert alerts["ReleasebotFleetNodeWithoutImage"]["for"] == "10m"
+    exported = {metric.name for metric in ServiceMetrics().registry.collect()}
+    values = {
+        "verdict": {verdict.value for verdict in Verdict},
+        "reason": {"fleet", "pending-reboot"},
+    }
+    for name, alert in alerts.items():
+        expr = alert["expr"]
+        assert set(_SERIES.findall(expr)) <= exported, name
+        for label, op, value in _LABEL.findall(expr):
+            wanted = set(value.split("|")) if op == "=~" else {value}
+            assert wanted <= values[label], (name, label, wanted)
+        assert alert["annotations"]["summary"]
+    for obj in objects:
+        if obj["kind"] != "PrometheusRule":  # a CRD: kubernetes-validate has no schema
+            kubernetes_validate.validate(obj, SCHEMA_VERSIONS[-1], strict=True)
