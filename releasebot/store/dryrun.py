@@ -5,7 +5,7 @@ Reads go to the real store; what a dry run would write lands in an in-memory ove
 and its releases planned, exactly as a real cycle would, yet the database never changes.
 A fleet listing is overlaid too (``fleet_nodes`` shows it once the dry run listed the
 fleet). Events, deliveries and flags are not overlaid: a dry run announces nothing and
-pauses nothing, so those writes are simply dropped.
+pauses nothing, so those writes are simply dropped; so is a retention deletion's record.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from releasebot.domain.models import (
     Validators,
 )
 from releasebot.domain.ports import StateStore
+from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.memory import MemoryStateStore
 
 
@@ -154,3 +155,15 @@ class DryRunStore:
 
     def fleet_history(self, name: str) -> list[FleetRecord]:
         return self._inner.fleet_history(name) + self._overlay.fleet_history(name)
+
+    def flatcar_listings(self) -> list[Listing]:
+        # What this dry run polled wins over what the real store knows, per feed.
+        overlay = self._overlay.flatcar_listings()
+        polled = {listing.feed for listing in overlay}
+        return [li for li in self._inner.flatcar_listings() if li.feed not in polled] + overlay
+
+    def record_deletion(self, deletion: DeletionRecord, events: Sequence[Event] = ()) -> None:
+        pass
+
+    def deletions(self) -> list[DeletionRecord]:
+        return self._inner.deletions()
