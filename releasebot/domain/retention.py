@@ -90,6 +90,8 @@ class Listing:
     version: str
     present: bool
     last_seen_at: datetime
+    """When the feed last listed it; meaningful once it is no longer ``present`` (the
+    feed's last successful poll before the body that dropped it)."""
 
 
 @dataclass(frozen=True)
