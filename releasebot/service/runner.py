@@ -268,7 +268,7 @@ class Runner:
             return "off"
         if self._stopping.is_set():
             return "stopping"
-        if not self._elector.is_leader:
+        if not self.lead():
             return "follower"
         last = self.last_retention_at
         if last is not None and self._clock() - last < self.options.retention_every:
