@@ -10,8 +10,10 @@ it (cosign signatures and attestations, SBOM and provenance referrers), and reco
 deletion with its Slack event in one transaction, so each is told once.
 
 A registry that refuses deletes stops the run at its first refusal: nothing was deleted,
-nothing is recorded, the report says so in one line. Deliberately not here: the decision
-(``domain.retention``), HTTP (``registry/janitor.py``), scheduling (``service.runner``).
+nothing is recorded, the report says so in one line. Problems are the report's, for the
+caller to show (the CLI's lines, the service's log); each deletion is logged here.
+Deliberately not here: the decision (``domain.retention``), HTTP (``registry/janitor.py``),
+scheduling (``service.runner``).
 """
 
 from __future__ import annotations
@@ -96,8 +98,7 @@ class RetentionService:
         )
         plan = plan_retention(inputs, now=now, after=self._after, max_deletions=self._max_deletions)
         if plan.held is not None:
-            log.warning("retention: %s", plan.held)
-            return RetentionReport(plan, applied=False)
+            return RetentionReport(plan, applied=apply)
         if plan.delete:
             digests = {
                 tag: self._janitor.digest(tag)
@@ -128,11 +129,9 @@ class RetentionService:
                     continue
             except DeleteRefusedError as error:
                 report.refused = str(error)
-                log.warning("retention: %s", error)
                 return
             except ReleasebotError as error:
-                report.errors.append(f"{deletion.tag}: {error}")
-                log.warning("retention: cannot delete %s: %s", deletion.tag, error)
+                report.errors.append(f"cannot delete {deletion.tag}: {error}")
                 continue
             removed = self._delete_attachments(deletion, attachments, report)
             record = DeletionRecord(
@@ -162,7 +161,6 @@ class RetentionService:
                 removed += self._janitor.delete(digest)
             except ReleasebotError as error:
                 report.errors.append(f"{deletion.tag}: attachment {digest}: {error}")
-                log.warning("retention: %s: attachment %s: %s", deletion.tag, digest, error)
         return removed
 
     def _event(self, record: DeletionRecord) -> Event:

@@ -179,6 +179,8 @@ def _retain(service: RetentionService, *, apply: bool) -> None:
     if not apply:
         for deletion in report.plan.delete:
             log.info("retention (dry run) would delete %s: %s", deletion.tag, deletion.reason)
+    for problem in filter(None, (report.plan.held, report.refused, *report.errors)):
+        log.warning("retention: %s", problem)
     log.info(
         "retention: %d deleted, %d candidate(s), %d kept",
         len(report.deleted),
