@@ -155,6 +155,9 @@ def plan_retention(
     in_use = _in_use(inputs.nodes or (), inputs.history, now - after)
     channels = _channel_reasons(inputs.listings, now, after)
     targets = {record.tag for record in inputs.targets}
+    left: dict[str, datetime] = {}
+    for li in inputs.listings:
+        left[li.version] = max(li.last_seen_at, left.get(li.version, li.last_seen_at))
     delete: list[Deletion] = []
     keep: list[Kept] = []
     for own_tag in own:
@@ -172,8 +175,8 @@ def plan_retention(
         elif len(delete) >= max_deletions:
             keep.append(Kept(own_tag.tag, f"over this run's limit of {max_deletions} deletions"))
         else:
-            left = max(li.last_seen_at for li in inputs.listings if li.version == version)
-            delete.append(Deletion(own_tag.tag, own_tag.flatcar, _why(version, left, after)))
+            why = _why(version, left[version], after)
+            delete.append(Deletion(own_tag.tag, own_tag.flatcar, why))
     return RetentionPlan(tuple(delete), tuple(keep), None, foreign)
 
 
