@@ -70,7 +70,12 @@ class OrasJanitor:
 
     def delete(self, digest: str) -> bool:
         self._check(digest)
-        answer = self._registry.request("DELETE", f"manifests/{digest}", {"Accept": _ACCEPT})
+        try:
+            answer = self._registry.request("DELETE", f"manifests/{digest}", {"Accept": _ACCEPT})
+        except RegistryAuthError as error:  # pull and push may work, delete not
+            raise RegistryAuthError(
+                f"{error}; deleting needs the delete permission on the repository"
+            ) from error
         if answer.status in (200, 202, 204):
             return True
         code = _error_code(answer)
@@ -82,11 +87,6 @@ class OrasJanitor:
             )
         if answer.status == 404:
             return False
-        if answer.status in (401, 403):
-            raise RegistryAuthError(
-                f"registry {self._host}: delete {digest}: {answer.status} "
-                f"{_trim(answer.reason)} — the account needs delete rights on the repository"
-            )
         raise RegistryError(
             f"registry {self._host}: delete {digest}: {answer.status} {_trim(answer.reason)}"
         )
