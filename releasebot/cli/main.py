@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from releasebot import __version__
-from releasebot.cli import fleet
+from releasebot.cli import fleet, retention
 from releasebot.cli.tables import print_coverage, print_targets, target_json
 from releasebot.domain.errors import (
     ConfigError,
@@ -101,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=_cmd_demo)
     fleet.add_commands(commands, common, _on_outcome)
+    retention.add_commands(commands, common)
 
     reconcile = commands.add_parser(
         "reconcile",

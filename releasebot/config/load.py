@@ -104,7 +104,7 @@ def _build_section(name: str, values: Mapping[str, Any]) -> Any:
         value, source = given.get(spec.name, (spec.default, f"{name}.{key}"))
         if isinstance(check, Seconds):  # given in seconds, kept as a timedelta
             if isinstance(value, timedelta):
-                value = check.unit(value.total_seconds())
+                value = check.unit(value.total_seconds() / check.per_unit)
             kwargs[spec.name] = check(source, _convert(source, value, check.unit))
             continue
         value = _convert(source, value, type(spec.default))

@@ -51,6 +51,8 @@ class Seconds:
     low: int
     high: int
     whole: bool = True
+    per_unit: int = 1
+    """Seconds in one unit of the value written: 86400 for a ``*_days`` key."""
 
     @property
     def unit(self) -> type:
@@ -64,7 +66,7 @@ class Seconds:
                 )
         elif not self.low <= seconds <= self.high:
             raise ConfigError(key, f"must be between {self.low} and {self.high}, got {seconds}")
-        return timedelta(seconds=seconds)
+        return timedelta(seconds=seconds * self.per_unit)
 
 
 # -- the rules ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from releasebot.domain.errors import ConfigError, InvalidOptionError
 from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, LIST_PAGE_SIZE
 from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
+from releasebot.domain.retention import DEFAULT_AFTER, DEFAULT_MAX_DELETIONS
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch
 from releasebot.edge.retry import RetryPolicy
@@ -304,6 +305,21 @@ class FleetSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """Deleting the registry tags of Flatcar releases nothing needs any more (opt-in)."""
+
+    enabled: bool = setting(False)
+    """Let ``releasebot run`` run retention daily, and ``releasebot retention --apply``
+    delete (deletes need the registry's delete permission)."""
+    dry_run: bool = setting(True)
+    """The daily run only logs what it would delete; set false to delete."""
+    after: timedelta = setting(DEFAULT_AFTER, Seconds(1, 3650, per_unit=86400), key="after_days")
+    """How long a release must have left every Flatcar feed (and every GPU node) first."""
+    max_deletions: int = setting(DEFAULT_MAX_DELETIONS, rules.between(1, 1000))
+    """Tags deleted per run at most; the rest wait for the next run."""
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     flatcar: FlatcarSettings = field(default_factory=FlatcarSettings)
@@ -318,6 +334,7 @@ class Settings:
     run: RunSettings = field(default_factory=RunSettings)
     signing: SigningSettings = field(default_factory=SigningSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     def policy(self) -> Policy:
         return Policy(
@@ -390,6 +407,7 @@ SECTIONS: dict[str, type[Any]] = {
     "run": RunSettings,
     "signing": SigningSettings,
     "fleet": FleetSettings,
+    "retention": RetentionSettings,
 }
 
 

@@ -23,6 +23,7 @@ Every error says what the caller does next by its branch::
         ├── StoreError               the database refused a write or is not migrated
         ├── RegistryAuthError        401/403 from the registry: credentials or rights
         ├── RegistryError            any other refusal by the registry (bad manifest…)
+        │   └── DeleteRefusedError       the registry does not allow deletes (405/UNSUPPORTED)
         ├── ClusterRejectedError     the API server refused a request (403, 422…)
         │   └── ClusterForbiddenError    RBAC: names the verb and resource to grant
         ├── ChatRejectedError        Slack answered ok: false (token, scope, channel…)
@@ -117,6 +118,10 @@ class RegistryAuthError(PermanentError):
 
 class RegistryError(PermanentError):
     """The registry refused a request for another reason."""
+
+
+class DeleteRefusedError(RegistryError):
+    """The registry does not allow deleting manifests (405, or ``UNSUPPORTED``)."""
 
 
 class ClusterUnavailableError(TemporaryError):

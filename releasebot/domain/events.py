@@ -38,6 +38,8 @@ class EventKind(enum.StrEnum):
     FLEET_UNREADABLE = "fleet_unreadable"
     """The fleet could not be listed: planning follows the channel policy meanwhile."""
     FLEET_READABLE = "fleet_readable"
+    TAG_DELETED = "tag_deleted"
+    """Retention deleted a registry tag no node, feed or target needs any more."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ def build_key(tag: str, attempt: int) -> str:
 
 def feed_key(feed: str) -> str:
     return f"feed:{feed}"
+
+
+def deletion_key(tag: str, digest: str) -> str:
+    return f"retention:{tag}@{digest}"
 
 
 def build_event(

@@ -33,6 +33,7 @@ from releasebot.domain.models import (
 )
 from releasebot.domain.operator import CrdAbsent, DriverSource
 from releasebot.domain.readiness import Readiness
+from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.versions import Arch
 
 
@@ -208,6 +209,19 @@ class StateStore(Protocol):
     def fleet_history(self, name: str) -> list[FleetRecord]:
         """Every record of one node, oldest first."""
 
+    # -- retention -------------------------------------------------------------------------
+
+    def flatcar_listings(self) -> list[Listing]:
+        """Every (Flatcar feed, release) ever listed: whether the feed still lists it, and
+        when it last did."""
+
+    def record_deletion(self, deletion: DeletionRecord, events: Sequence[Event] = ()) -> None:
+        """Record one tag retention deleted; ``events`` go to the outbox in the same
+        transaction."""
+
+    def deletions(self) -> list[DeletionRecord]:
+        """Every deletion retention recorded, oldest first."""
+
 
 class Registry(Protocol):
     """One repository in one OCI registry (``repository`` is ``host[:port]/path``).
@@ -235,6 +249,31 @@ class Registry(Protocol):
 
     def close(self) -> None:
         """Release connections; the adapter is not used afterwards."""
+
+
+class RegistryJanitor(Protocol):
+    """What retention needs of releasebot's repository: its tags, their digests, what is
+    attached to a digest, and deleting a manifest by digest (the OCI distribution API's
+    ``DELETE /v2/<name>/manifests/<digest>``, which removes every tag pointing at it).
+
+    Raises the same errors as ``Registry``; ``delete`` raises ``DeleteRefusedError`` when
+    the registry does not allow deletes at all.
+    """
+
+    @property
+    def repository(self) -> str: ...
+
+    def tags(self) -> set[str]: ...
+
+    def digest(self, tag: str) -> str | None: ...
+
+    def attachments(self, digest: str) -> tuple[str, ...]:
+        """Digests of the manifests that belong to ``digest`` and its index's images: the
+        cosign ``sha256-<hex>.sig``/``.att`` tags, the referrers tag ``sha256-<hex>``, and
+        what the OCI 1.1 referrers API lists."""
+
+    def delete(self, digest: str) -> bool:
+        """Delete the manifest ``digest``; False when the registry no longer has it."""
 
 
 class JobLauncher(Protocol):

@@ -13,7 +13,9 @@ Payload keys read (all optional; what is missing is left out): builds (``reconci
 ``signed_by`` (the key fingerprint, only once the signature was verified); feeds
 ``error``, ``failing_since`` (ISO 8601), ``consecutive_failures``; the fleet
 ``flatcar_version``, ``running``/``pending`` (node names) and their ``*_count``,
-``images`` (``"<tag> <verdict>"``), ``error``, ``exposed_since``/``failing_since``.
+``images`` (``"<tag> <verdict>"``), ``error``, ``exposed_since``/``failing_since``;
+retention ``tag``, ``repository``, ``digest``, ``flatcar_version``, ``reason``,
+``attachments``.
 
 Every interpolated value is escaped for mrkdwn (``&<>``) and every text is trimmed to
 Block Kit's limits. No I/O, no clock, no slack_sdk import: ``tests/unit/test_render.py``
@@ -66,6 +68,7 @@ _HEADLINES = {
     EventKind.FLEET_COVERED: ":white_check_mark: Driver images ready:",
     EventKind.FLEET_UNREADABLE: ":warning: Cannot list",
     EventKind.FLEET_READABLE: ":white_check_mark: Listing works again for",
+    EventKind.TAG_DELETED: ":wastebasket: Deleted",
 }
 
 
@@ -82,7 +85,7 @@ def render_message(events_for_key: Sequence[Event], repository: str) -> Rendered
         raise ValueError("render_message needs at least one event")
     first, last = events_for_key[0], events_for_key[-1]
     state = _fold(events_for_key)
-    if last.kind in (*_FEED_KINDS, *_FLEET_KINDS):
+    if last.kind in (*_FEED_KINDS, *_FLEET_KINDS, EventKind.TAG_DELETED):
         return _feed_message(last, state, first.created_at)
     return _build_message(last, state, first.created_at, repository)
 
@@ -232,6 +235,10 @@ def _summary(event: Event, state: Mapping[str, object], repository: str) -> str:
         text = f"Feed {subject} failing" + (f": {_cut(error, REASON_MAX_CHARS)}" if error else "")
     elif kind is EventKind.FEED_RECOVERED:
         text = f"Feed {subject} recovered"
+    elif kind is EventKind.TAG_DELETED:
+        repo = _text(state, "repository") or repository
+        text = f"Deleted {repo}:{subject}" if repo else f"Deleted {subject}"
+        text += f" (Flatcar {_text(state, 'flatcar_version')} is needed by nothing any more)"
     else:
         text = f"{_HEADLINES[kind].split(' ', 1)[1]} {subject}"
     return _cut(_escape(text), FALLBACK_MAX_CHARS)
@@ -254,6 +261,8 @@ def _feed_message(
 def _feed_lines(event: Event, state: Mapping[str, object]) -> list[str]:
     if event.kind in _FLEET_KINDS:
         return _fleet_lines(event, state)
+    if event.kind is EventKind.TAG_DELETED:
+        return _deletion_lines(state)
     since = _time(state, "failing_since")
     since_text = _when(since) if since else "a while"
     if event.kind is EventKind.FEED_RECOVERED:
@@ -301,6 +310,24 @@ def _fleet_lines(event: Event, state: Mapping[str, object]) -> list[str]:
     lines.append(
         "A node without its image loses its GPUs at the next driver start. `releasebot fleet` "
         "shows each node's verdict; with the reboot gate on, FLUO holds the reboot."
+    )
+    return lines
+
+
+def _deletion_lines(state: Mapping[str, object]) -> list[str]:
+    """Retention's deletion of one tag: what, which digest, why, what went with it."""
+    repository, digest = _text(state, "repository"), _text(state, "digest")
+    lines = [f"*Image* `{_escape(repository or '?')}:{_escape(_text(state, 'tag') or '?')}`"]
+    if digest:
+        lines.append(f"*Digest* `{_escape(digest)}`")
+    reason = _cut(_text(state, "reason") or "not recorded", REASON_MAX_CHARS)
+    lines.append(f"*Why:* {_escape(reason)}")
+    attachments = _int(state, "attachments") or 0
+    if attachments:
+        lines.append(f"*Also deleted:* {attachments} signature/attestation manifest(s)")
+    lines.append(
+        "Recorded in the store; `releasebot retention` shows what it would delete next and "
+        "why. The registry's garbage collection frees the blobs."
     )
     return lines
 

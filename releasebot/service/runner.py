@@ -6,7 +6,11 @@ threads, so a long cycle never delays a lease renewal:
 - ``lead`` every third of the lease: acquire or renew the leadership; on a change call
   ``on_lead_start``/``on_lead_stop`` (Socket Mode connects only on the leader);
 - ``cycle`` every ``interval`` plus up to ``jitter``: ``tick()``;
-- ``deliver`` every ``deliver_every``: the notification delivery callable, leader only.
+- ``deliver`` every ``deliver_every``: the notification delivery callable, leader only;
+- ``retention`` (only when given) every ``retention_check_every``: ``retain()``, which
+  runs the retention callable on the leader, under the cycle guard, once per
+  ``retention_every`` (a run skipped because a cycle held the guard is tried again at the
+  next check, not a day later).
 
 Every job has ``coalesce=True`` (runs missed while the process was busy or suspended
 become ONE run) and ``max_instances=1`` (a cycle never overlaps itself; a run due while
@@ -87,6 +91,11 @@ class RunnerOptions:
     """Below Kubernetes' default terminationGracePeriodSeconds (30) minus probe slack."""
     stuck_after: timedelta = timedelta(hours=1)
     """A cycle running longer than this makes /healthz fail: restart a hung process."""
+    retention_every: timedelta = timedelta(days=1)
+    """How often retention runs (when it is given)."""
+    retention_check_every: timedelta = timedelta(minutes=10)
+    """How often the leader checks whether retention is due; the first check comes this
+    long after the start, once the first cycle has read the feeds and the fleet."""
 
     @property
     def stale_after(self) -> timedelta:
@@ -111,6 +120,7 @@ class Runner:
         on_lead_start: Callable[[], None] = _nothing,
         on_lead_stop: Callable[[], None] = _nothing,
         socket_connected: Callable[[], bool | None] = _nothing,
+        retention: Callable[[], object] | None = None,
         options: RunnerOptions,
         clock: Callable[[], datetime] = _utc_now,
         monotonic: Callable[[], float] = time.monotonic,
@@ -126,6 +136,8 @@ class Runner:
         self._on_lead_start = on_lead_start
         self._on_lead_stop = on_lead_stop
         self._socket_connected = socket_connected
+        self._retention = retention
+        self.last_retention_at: datetime | None = None
         self.options = options
         self._clock = clock
         self._monotonic = monotonic
@@ -160,6 +172,8 @@ class Runner:
             ("cycle", self.tick, options.interval, options.jitter),
             ("deliver", self.deliver, options.deliver_every, timedelta()),
         ]
+        if self._retention is not None:
+            jobs.append(("retention", self.retain, options.retention_check_every, timedelta()))
         now = datetime.now(UTC)  # APScheduler runs on the real clock, whatever ours says
         for name, function, every, jitter in jobs:
             scheduler.add_job(
@@ -245,6 +259,34 @@ class Runner:
             self._deliver()
         except Exception:  # a delivery bug must not stop the loop; logged with traceback
             log.exception("notification delivery failed")
+
+    def retain(self) -> str:
+        """Run retention if due, on the leader, holding the cycle guard; what happened:
+        ``off``, ``stopping``, ``follower``, ``not-due``, ``busy``, ``completed`` or
+        ``failed``."""
+        if self._retention is None:
+            return "off"
+        if self._stopping.is_set():
+            return "stopping"
+        if not self.lead():
+            return "follower"
+        last = self.last_retention_at
+        if last is not None and self._clock() - last < self.options.retention_every:
+            return "not-due"
+        try:
+            with self._guard.hold(self._holder, self.options.guard_ttl, self._clock) as held:
+                if not held:
+                    log.info("retention: a cycle holds the guard; trying again later")
+                    return "busy"
+                self._retention()
+        except ReleasebotError as error:
+            log.warning("retention failed: %s", error)
+            return "failed"
+        except Exception:  # a bug must not end the loop: logged with its traceback
+            log.exception("retention failed unexpectedly")
+            return "failed"
+        self.last_retention_at = self._clock()
+        return "completed"
 
     # -- probes --------------------------------------------------------------------------
 

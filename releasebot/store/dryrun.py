@@ -5,12 +5,13 @@ Reads go to the real store; what a dry run would write lands in an in-memory ove
 and its releases planned, exactly as a real cycle would, yet the database never changes.
 A fleet listing is overlaid too (``fleet_nodes`` shows it once the dry run listed the
 fleet). Events, deliveries and flags are not overlaid: a dry run announces nothing and
-pauses nothing, so those writes are simply dropped.
+pauses nothing, so those writes are simply dropped; so is a retention deletion's record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from releasebot.domain.builds import BuildRecord
@@ -27,6 +28,7 @@ from releasebot.domain.models import (
     Validators,
 )
 from releasebot.domain.ports import StateStore
+from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.memory import MemoryStateStore
 
 
@@ -37,6 +39,8 @@ class DryRunStore:
         self._inner = inner
         self._overlay = MemoryStateStore()
         self._planned: dict[str, TargetRecord] = {}
+        self._polled: dict[str, set[str]] = {}
+        """The versions of the latest Flatcar body this dry run read, per feed."""
 
     def feed_state(self, feed: str) -> FeedState | None:
         return self._inner.feed_state(feed)
@@ -53,6 +57,7 @@ class DryRunStore:
         now: datetime,
     ) -> None:
         self._overlay.record_flatcar_feed(feed, url, releases, validators, now)
+        self._polled[feed] = {release.version.text for release in releases}
 
     def record_driver_feed(
         self,
@@ -154,3 +159,30 @@ class DryRunStore:
 
     def fleet_history(self, name: str) -> list[FleetRecord]:
         return self._inner.fleet_history(name) + self._overlay.fleet_history(name)
+
+    def flatcar_listings(self) -> list[Listing]:
+        # A body this dry run read wins over what the real store knows, for its feed: the
+        # releases it lists are present; the ones it dropped were last listed at the
+        # feed's last success (as the real store would record it).
+        last_success = {state.name: state.last_success_at for state in self._inner.feed_states()}
+        merged: list[Listing] = []
+        for listing in self._inner.flatcar_listings():
+            polled = self._polled.get(listing.feed)
+            if polled is not None and listing.version in polled:
+                continue
+            if polled is not None and listing.present:
+                seen = last_success.get(listing.feed) or listing.last_seen_at
+                listing = replace(listing, present=False, last_seen_at=seen)
+            merged.append(listing)
+        merged += [
+            listing
+            for listing in self._overlay.flatcar_listings()
+            if listing.version in self._polled.get(listing.feed, set())
+        ]
+        return merged
+
+    def record_deletion(self, deletion: DeletionRecord, events: Sequence[Event] = ()) -> None:
+        pass
+
+    def deletions(self) -> list[DeletionRecord]:
+        return self._inner.deletions()

@@ -31,6 +31,7 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
+from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch
 from releasebot.store.fleet_memory import FleetHistory
@@ -86,6 +87,7 @@ class MemoryStateStore:
         self._refs: dict[str, MessageRef] = {}
         self._flags: dict[str, str] = {}
         self._fleet = FleetHistory()
+        self._deletions: list[DeletionRecord] = []
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._lock:
@@ -317,6 +319,30 @@ class MemoryStateStore:
     def fleet_history(self, name: str) -> list[FleetRecord]:
         with self._lock:
             return self._fleet.of(name)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def flatcar_listings(self) -> list[Listing]:
+        with self._lock:
+            return [
+                Listing(feed, version, entry.present, entry.last_seen_at)
+                for feed, entries in self._flatcar_entries.items()
+                for version, entry in entries.items()
+            ]
+
+    def record_deletion(self, deletion: DeletionRecord, events: Sequence[Event] = ()) -> None:
+        stored = _as_stored(events)
+        kept = replace(
+            deletion, deleted_at=_utc(deletion.deleted_at), reason=fit_error(deletion.reason)
+        )
+        with self._lock:
+            self._deletions.append(kept)
+            for event in stored:
+                self._outbox.append(_Row(len(self._outbox) + 1, event))
+
+    def deletions(self) -> list[DeletionRecord]:
+        with self._lock:
+            return list(self._deletions)
 
     def _row(self, event_id: int) -> _Row | None:
         """The outbox row with ``event_id`` (ids are positions plus one, never reused)."""

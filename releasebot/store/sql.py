@@ -40,10 +40,11 @@ from releasebot.domain.models import (
     Validators,
     reasons_text,
 )
+from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.edge.text import one_line
-from releasebot.store import fleet, outbox
+from releasebot.store import fleet, outbox, retention
 from releasebot.store.engine import transaction
 from releasebot.store.limits import fit_error, fit_log, kept_validators
 from releasebot.store.tables import (
@@ -279,6 +280,21 @@ class SqlStateStore:
     def fleet_history(self, name: str) -> list[FleetRecord]:
         with self._transaction() as conn:
             return fleet.fleet_history(conn, name)
+
+    # -- retention (statements in retention.py) ----------------------------------------
+
+    def flatcar_listings(self) -> list[Listing]:
+        with self._transaction() as conn:
+            return retention.flatcar_listings(conn)
+
+    def record_deletion(self, deletion: DeletionRecord, events: Sequence[Event] = ()) -> None:
+        with self._transaction(write=True) as conn:
+            retention.record_deletion(conn, deletion)
+            outbox.insert_events(conn, events)
+
+    def deletions(self) -> list[DeletionRecord]:
+        with self._transaction() as conn:
+            return retention.deletions(conn)
 
     def _transaction(self, *, write: bool = False) -> AbstractContextManager[Connection]:
         """One transaction; a ``write`` one waits for every other writer first (see the

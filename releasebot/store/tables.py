@@ -267,3 +267,16 @@ fleet_nodes = Table(
 )
 """Fleet history: one row per node and state (``domain/fleet_records.py``); the highest
 ``id`` of a name is its latest state. Rows are never deleted."""
+
+retention_deletions = Table(
+    "retention_deletions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tag", String(TAG_LENGTH), nullable=False, index=True),
+    Column("digest", String(80), nullable=False),
+    Column("flatcar_version", String(VERSION_LENGTH), nullable=False),
+    Column("reason", String(ERROR_MAX_CHARS), nullable=False),
+    Column("attachments", Integer, nullable=False, server_default="0"),
+    Column("deleted_at", UtcDateTime, nullable=False),
+)
+"""Every registry tag retention deleted, with the digest and why; rows are never deleted."""

@@ -7,7 +7,8 @@ wiring has no cycle):
   one database engine;
 - ``slack``: outbox delivery, the HTTP slash command and Socket Mode, as ``RunHooks``;
 - ``hooks``: ``RunHooks``, what features plug into ``run``; ``guard``: the database's
-  cycle guard as one process shares it, and the replica's name;
+  cycle guard as one process shares it, and the replica's name; ``retention``: the
+  retention use case with its store, fleet source and registry deletes;
 - ``core``: the stores, feeds, registry, cluster launcher and the reconcile service;
 - ``signing``: the signing key, the attestor and ``releasebot verify``'s check, from the
   ``[signing]`` settings (the cryptography and SBOM libraries load only when called).

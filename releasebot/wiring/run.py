@@ -7,10 +7,12 @@ The guard itself and the replica's name are ``wiring/guard.py``'s.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import ExitStack, closing
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -24,10 +26,12 @@ from releasebot.store.lock import CycleGuard
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring.core import open_engine, reconcile_service
 from releasebot.wiring.guard import GUARD_TTL, SharedGuard, guard_holder, run_identity
+from releasebot.wiring.retention import retention_service
 from releasebot.wiring.slack import slack_hooks
 
 if TYPE_CHECKING:
     from releasebot.domain.ports import LeaderElector
+    from releasebot.service.retention import RetentionService
 
 
 def secret_values(settings: Settings) -> list[str]:
@@ -119,6 +123,11 @@ def run_service(
     ):
         guard = SharedGuard(CycleGuard(engine), guard_holder(identity))
         hooks = slack.enter_context(slack_hooks(settings, engine, guard))
+        retain: Callable[[], None] | None = None
+        if settings.retention.enabled:
+            apply = not settings.retention.dry_run
+            retention = slack.enter_context(retention_service(settings, apply=apply, engine=engine))
+            retain = functools.partial(_retain, retention, apply=apply)
         metrics = ServiceMetrics()
         runner = Runner(
             cycle=service.cycle,
@@ -132,6 +141,7 @@ def run_service(
             on_lead_start=hooks.on_lead_start,
             on_lead_stop=hooks.on_lead_stop,
             socket_connected=hooks.socket_connected,
+            retention=retain,
             options=runner_options(settings),
         )
         host, _, port = run.listen.rpartition(":")
@@ -160,6 +170,24 @@ def run_service(
             logging.shutdown()
             os._exit(0)  # the cycle's thread cannot be interrupted; its state is safe
     return 0
+
+
+def _retain(service: RetentionService, *, apply: bool) -> None:
+    """The daily retention run: each deletion (or, as a dry run, each candidate) a line."""
+    report = service.run(apply=apply)
+    log = logging.getLogger("releasebot.retention")
+    if not apply:
+        for deletion in report.plan.delete:
+            log.info("retention (dry run) would delete %s: %s", deletion.tag, deletion.reason)
+    for problem in filter(None, (report.plan.held, report.refused, *report.errors)):
+        log.warning("retention: %s", problem)
+    log.info(
+        "retention: %d deleted, %d candidate(s), %d kept",
+        len(report.deleted),
+        len(report.plan.delete),
+        len(report.plan.keep),
+        extra={"dry_run": not apply},
+    )
 
 
 def _log_feed(outcome: FeedOutcome) -> None:

@@ -139,9 +139,14 @@ class RunningRegistry:
 
 @contextlib.contextmanager
 def run_registry(
-    workdir: Path, *, tls: bool = False, users: Mapping[str, str] | None = None
+    workdir: Path,
+    *,
+    tls: bool = False,
+    users: Mapping[str, str] | None = None,
+    delete: bool = True,
 ) -> Iterator[RunningRegistry]:
-    """Start a registry in ``workdir`` (storage, config, log), yield it, stop it."""
+    """Start a registry in ``workdir`` (storage, config, log), yield it, stop it; with
+    ``delete=False`` it refuses manifest deletes (``storage.delete.enabled: false``)."""
     binary = require_tool("docker-registry", "docker-registry")
     workdir.mkdir(parents=True, exist_ok=True)
     tls_files = make_tls_files(workdir / "tls") if tls else None
@@ -150,7 +155,7 @@ def run_registry(
     log_file = workdir / "registry.log"
     for _ in range(3):  # another process may grab the free port between probe and bind
         port = free_port()
-        config = _write_config(workdir, port, tls_files, htpasswd)
+        config = _write_config(workdir, port, tls_files, htpasswd, delete=delete)
         running = RunningRegistry(f"127.0.0.1:{port}", tls_files, username, password, log_file)
         with log_file.open("ab") as log:
             process = subprocess.Popen(
@@ -176,7 +181,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _write_config(workdir: Path, port: int, tls: TlsFiles | None, htpasswd: Path | None) -> Path:
+def _write_config(
+    workdir: Path, port: int, tls: TlsFiles | None, htpasswd: Path | None, *, delete: bool = True
+) -> Path:
     # JSON strings are valid YAML scalars: no quoting surprises from paths.
     lines = [
         "version: 0.1",
@@ -188,7 +195,7 @@ def _write_config(workdir: Path, port: int, tls: TlsFiles | None, htpasswd: Path
         "  filesystem:",
         f"    rootdirectory: {json.dumps(str(workdir / 'storage'))}",
         "  delete:",
-        "    enabled: true",
+        f"    enabled: {'true' if delete else 'false'}",
         "  maintenance:",
         "    uploadpurging:",
         "      enabled: false",

@@ -145,6 +145,23 @@ FLEET_UNREADABLE = fleet_event(
     failing_since=SINCE,
 )
 
+DELETED_DIGEST = "sha256:" + "e" * 64
+TAG_DELETED = Event(
+    EventKind.TAG_DELETED,
+    f"retention:580.105.08-flatcar4230.2.4@{DELETED_DIGEST}",
+    "580.105.08-flatcar4230.2.4",
+    T0,
+    {
+        "tag": "580.105.08-flatcar4230.2.4",
+        "repository": REPOSITORY,
+        "digest": DELETED_DIGEST,
+        "flatcar_version": "4230.2.4",
+        "reason": "Flatcar 4230.2.4: no GPU node runs or will reboot into it, it left every "
+        "feed on 2026-09-03 (over 30 days ago), no current target",
+        "attachments": 3,
+    },
+)
+
 MESSAGES: dict[str, list[Event]] = {
     "building": [started(arches=("amd64", "arm64"))],
     "published_single_arch": [started(), PUBLISHED],
@@ -157,6 +174,7 @@ MESSAGES: dict[str, list[Event]] = {
     "fleet_exposed": [FLEET_EXPOSED],
     "fleet_covered": [FLEET_EXPOSED, FLEET_COVERED],
     "fleet_unreadable": [FLEET_UNREADABLE],
+    "tag_deleted": [TAG_DELETED],
 }
 REPLIES: dict[str, Event] = {
     "published": PUBLISHED,

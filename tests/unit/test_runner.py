@@ -77,6 +77,7 @@ def replica(guard_engine: Engine) -> Callable[..., Replica]:
         ping: Callable[[], None] = lambda: None,
         socket: Callable[[], bool | None] = lambda: None,
         deliver: Callable[[], object] = lambda: None,
+        retention: Callable[[], object] | None = None,
         options: RunnerOptions = OPTIONS,
     ) -> Replica:
         clock, now = [0.0], [T0]
@@ -94,6 +95,7 @@ def replica(guard_engine: Engine) -> Callable[..., Replica]:
             on_lead_start=lambda: events.append("start"),
             on_lead_stop=lambda: events.append("stop"),
             socket_connected=socket,
+            retention=retention,
             options=options,
             clock=lambda: now[0],
             monotonic=lambda: clock[0],
@@ -233,3 +235,56 @@ def test_stop_abandons_a_cycle_that_outlives_the_grace(replica: Callable[..., Re
         assert a.events == ["start", "stop"]
     finally:
         release.set()
+
+
+def test_retention_runs_daily_on_the_leader_under_the_guard(
+    replica: Callable[..., Replica], guard_engine: Engine
+) -> None:
+    runs: list[str] = []
+    a = replica("a", retention=lambda: runs.append("a"))
+    b = replica("b", retention=lambda: runs.append("b"))
+    assert a.runner.tick() == "completed"  # a leads
+    assert b.runner.tick() == "follower"
+    assert b.runner.retain() == "follower"
+    other = CycleGuard(guard_engine)
+    assert other.try_acquire("cronjob", timedelta(minutes=1), T0)
+    assert a.runner.retain() == "busy"  # tried again at the next check, not a day later
+    other.release()
+    assert a.runner.retain() == "completed"
+    assert a.runner.retain() == "not-due"
+    a.advance(timedelta(hours=23).total_seconds())
+    assert a.runner.retain() == "not-due"
+    a.advance(timedelta(hours=1).total_seconds())
+    assert a.runner.retain() == "completed"
+    assert runs == ["a", "a"]
+
+
+def test_failing_retention_is_logged_and_tried_again_at_the_next_check(
+    replica: Callable[..., Replica], caplog: pytest.LogCaptureFixture
+) -> None:
+    attempts: list[int] = []
+
+    def failing() -> None:
+        attempts.append(1)
+        raise StoreUnavailableError("state store: connection refused")
+
+    a = replica("a", retention=failing)
+    assert a.runner.tick() == "completed"
+    assert a.runner.retain() == "failed"
+    assert "retention failed: state store: connection refused" in caplog.text
+    assert a.runner.retain() == "failed"
+    assert len(attempts) == 2
+
+
+def test_without_retention_there_is_no_retention_job(replica: Callable[..., Replica]) -> None:
+    a = replica("a")
+    assert a.runner.retain() == "off"
+    fast = replace(OPTIONS, retention_check_every=timedelta(hours=1))
+    with_job = replica("b", retention=lambda: None, options=fast)
+    for runner, expected in ((a.runner, set()), (with_job.runner, {"retention"})):
+        runner.start()
+        try:
+            jobs = {job.id for job in runner._scheduler.get_jobs()}
+        finally:
+            runner.stop(timedelta(seconds=5))
+        assert jobs - {"lead", "cycle", "deliver"} == expected

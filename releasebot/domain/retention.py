@@ -1,0 +1,303 @@
+"""Retention: which of releasebot's own registry tags may go, and why every other one stays.
+
+``plan_retention`` is one pure function from what releasebot knows (the repository's tags,
+the fleet as listed now, the fleet history, when each Flatcar feed last listed each
+release, the current targets) to a ``RetentionPlan``: the tags to delete, each with its
+reason, and the tags kept, each with its reason. A tag may go only when ALL hold:
+
+1. it has releasebot's own shape, ``<driver>-flatcar<version>`` (or a multi-arch target's
+   per-arch ``<driver>-flatcar<version>-<arch>``); any other tag is not releasebot's and
+   is never considered;
+2. no GPU node runs its Flatcar version, none will reboot into it (FLUO's
+   ``new-version``), and none the store saw within the retention period ran it (a node
+   pool scaled to zero comes back);
+3. every Flatcar feed releasebot has read stopped listing the version more than
+   ``after`` ago (a version no feed ever listed is kept: releasebot cannot date it);
+4. no current (required) target is that tag.
+
+The fleet view must be sure: when the Nodes could not be listed, or a GPU node's Flatcar
+version (or pending version) cannot be read, NOTHING is deleted and ``held`` says why.
+
+``guard_shared_digests`` is the second, equally pure step once the service has resolved
+every tag's digest: a registry deletes a manifest by digest, which removes EVERY tag
+pointing at it, so a candidate whose digest another kept tag shares is kept. Deliberately
+not here: reading the registry, deleting, recording (``service/retention.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from releasebot.domain.fleet import FleetNode, IgnoredNode, ParsedNode
+from releasebot.domain.fleet_records import FleetRecord
+from releasebot.domain.models import TargetRecord
+from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+
+DEFAULT_AFTER = timedelta(days=30)
+"""How long a release must have been out of every feed before its tags may go."""
+DEFAULT_MAX_DELETIONS = 50
+"""Deletions per run at most: a bug or a bad input never empties a repository at once."""
+
+_TAG = re.compile(
+    r"(?P<driver>[0-9][0-9.]*)-flatcar(?P<flatcar>[0-9]+\.[0-9]+\.[0-9]+)"
+    r"(?:-(?P<arch>amd64|arm64))?"
+)
+_PENDING_NOTE = "FLUO new-version"
+"""How ``fleet.parse_node`` notes a pending version it could not read."""
+
+
+@dataclass(frozen=True)
+class OwnTag:
+    """A tag of releasebot's own shape."""
+
+    tag: str
+    driver: DriverVersion
+    flatcar: FlatcarVersion
+    arch: Arch | None = None
+    """Set for a multi-arch target's per-arch tag."""
+
+    @property
+    def image_tag(self) -> str:
+        """The target tag this one belongs to (itself, or the tag of its index)."""
+        return f"{self.driver.text}-flatcar{self.flatcar.text}"
+
+
+def parse_own_tag(tag: str) -> OwnTag | None:
+    """``OwnTag`` for a tag of releasebot's shape; ``None`` for any other tag."""
+    match = _TAG.fullmatch(tag)
+    if match is None:
+        return None
+    driver, flatcar = match.group("driver"), match.group("flatcar")
+    if not DriverVersion.is_valid(driver) or not FlatcarVersion.is_valid(flatcar):
+        return None
+    arch = match.group("arch")
+    return OwnTag(
+        tag,
+        DriverVersion.parse(driver),
+        FlatcarVersion.parse(flatcar),
+        None if arch is None else Arch(arch),
+    )
+
+
+@dataclass(frozen=True)
+class Listing:
+    """That one Flatcar feed lists (or listed) one release, as the store remembers it."""
+
+    feed: str
+    version: str
+    present: bool
+    last_seen_at: datetime
+    """When the feed last listed it; meaningful once it is no longer ``present`` (the
+    feed's last successful poll before the body that dropped it)."""
+
+
+@dataclass(frozen=True)
+class Deletion:
+    tag: str
+    flatcar: FlatcarVersion
+    reason: str
+    digest: str | None = None
+    """Set by ``guard_shared_digests``: what the registry is asked to delete."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    tag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetentionPlan:
+    delete: tuple[Deletion, ...]
+    keep: tuple[Kept, ...]
+    held: str | None = None
+    """Why nothing at all may be deleted (the fleet view is unsure); ``None``: sure."""
+    foreign: int = 0
+    """Tags not of releasebot's shape, left alone."""
+
+
+@dataclass(frozen=True)
+class RetentionInputs:
+    tags: Iterable[str]
+    nodes: Sequence[ParsedNode] | None
+    """The fleet as listed now; ``None`` when it could not be listed."""
+    listings: Sequence[Listing]
+    targets: Sequence[TargetRecord]
+    """The current (required) targets."""
+    history: Sequence[FleetRecord] = ()
+    """The latest record of every node the store has seen."""
+    fleet_problem: str | None = None
+
+
+def plan_retention(
+    inputs: RetentionInputs,
+    *,
+    now: datetime,
+    after: timedelta = DEFAULT_AFTER,
+    max_deletions: int = DEFAULT_MAX_DELETIONS,
+) -> RetentionPlan:
+    """What may be deleted from the repository, and why everything else stays."""
+    own: list[OwnTag] = []
+    foreign = 0
+    for tag in sorted(set(inputs.tags)):
+        parsed = parse_own_tag(tag)
+        if parsed is None:
+            foreign += 1
+        else:
+            own.append(parsed)
+    held = _unsure(inputs.nodes, inputs.fleet_problem)
+    if held is not None:
+        kept = tuple(Kept(tag.tag, "the fleet view is unsure: deleting nothing") for tag in own)
+        return RetentionPlan((), kept, held, foreign)
+    in_use = _in_use(inputs.nodes or (), inputs.history, now - after)
+    channels = _channel_reasons(inputs.listings, now, after)
+    targets = {record.tag for record in inputs.targets}
+    left: dict[str, datetime] = {}
+    for li in inputs.listings:
+        left[li.version] = max(li.last_seen_at, left.get(li.version, li.last_seen_at))
+    delete: list[Deletion] = []
+    keep: list[Kept] = []
+    for own_tag in own:
+        version = own_tag.flatcar.text
+        if own_tag.image_tag in targets:
+            keep.append(Kept(own_tag.tag, f"a current target ({own_tag.image_tag})"))
+        elif version in in_use:
+            keep.append(Kept(own_tag.tag, in_use[version]))
+        elif channels.get(version) is not None:
+            keep.append(Kept(own_tag.tag, channels[version] or ""))
+        elif version not in channels:
+            keep.append(
+                Kept(own_tag.tag, f"no Flatcar feed releasebot reads ever listed {version}")
+            )
+        elif len(delete) >= max_deletions:
+            keep.append(Kept(own_tag.tag, f"over this run's limit of {max_deletions} deletions"))
+        else:
+            why = _why(version, left[version], after)
+            delete.append(Deletion(own_tag.tag, own_tag.flatcar, why))
+    return RetentionPlan(tuple(delete), tuple(keep), None, foreign)
+
+
+def guard_shared_digests(plan: RetentionPlan, digests: Mapping[str, str | None]) -> RetentionPlan:
+    """``plan`` with each deletion's digest set, keeping candidates another kept tag
+    shares a digest with, and dropping those whose tag is gone (``None``).
+
+    ``digests`` maps every tag of the repository that might share a manifest (releasebot's
+    and others', attachments aside) to its digest."""
+    deleting = {deletion.tag for deletion in plan.delete}
+    holders: dict[str, list[str]] = {}
+    for tag, digest in digests.items():
+        if digest is not None and tag not in deleting:
+            holders.setdefault(digest, []).append(tag)
+    delete: list[Deletion] = []
+    keep = list(plan.keep)
+    for deletion in plan.delete:
+        digest = digests.get(deletion.tag)
+        if digest is None:
+            keep.append(Kept(deletion.tag, "the registry no longer has the tag"))
+        elif digest in holders:
+            keep.append(
+                Kept(deletion.tag, f"shares its digest with kept tag {min(holders[digest])}")
+            )
+        else:
+            delete.append(replace(deletion, digest=digest))
+    return replace(plan, delete=tuple(delete), keep=tuple(sorted(keep, key=lambda k: k.tag)))
+
+
+def _unsure(nodes: Sequence[ParsedNode] | None, problem: str | None) -> str | None:
+    if nodes is None:
+        return f"the fleet could not be listed ({problem or 'no fleet view'}): deleting nothing"
+    for node in nodes:
+        if isinstance(node, IgnoredNode) and node.is_gpu and _maybe_flatcar(node):
+            return (
+                f"GPU node {node.name} has no Flatcar version releasebot can read "
+                f"({node.reason}): deleting nothing"
+            )
+        if isinstance(node, FleetNode) and node.is_gpu:
+            note = next((n for n in node.notes if n.startswith(_PENDING_NOTE)), None)
+            if note is not None:
+                return f"GPU node {node.name}: {note}: deleting nothing"
+    return None
+
+
+def _maybe_flatcar(node: IgnoredNode) -> bool:
+    """An ignored node that may still pull a Flatcar tag: one whose NFD labels do not say
+    another OS (no labels, a Flatcar without a readable version, an odd arch)."""
+    return node.os_tag is None or node.os_tag.lower().startswith("flatcar")
+
+
+def _in_use(
+    nodes: Iterable[ParsedNode], history: Iterable[FleetRecord], since: datetime
+) -> dict[str, str]:
+    """Flatcar version -> why a GPU node needs it (running, pending, recently seen)."""
+    used: dict[str, str] = {}
+    for node in nodes:
+        if not isinstance(node, FleetNode) or not node.is_gpu:
+            continue
+        used.setdefault(node.version.text, f"GPU node {node.name} runs it")
+        if node.pending_version is not None:
+            text = node.pending_version.text
+            used.setdefault(text, f"GPU node {node.name} will reboot into it")
+    for record in history:
+        state = record.state
+        if state.gpu and state.version is not None and record.last_seen_at >= since:
+            used.setdefault(
+                state.version,
+                f"GPU node {state.name} ran it on {record.last_seen_at:%Y-%m-%d}",
+            )
+        if state.gpu and state.pending_version is not None and record.last_seen_at >= since:
+            used.setdefault(
+                state.pending_version,
+                f"GPU node {state.name} was about to reboot into it on "
+                f"{record.last_seen_at:%Y-%m-%d}",
+            )
+    return used
+
+
+def _channel_reasons(
+    listings: Iterable[Listing], now: datetime, after: timedelta
+) -> dict[str, str | None]:
+    """Flatcar version -> why a feed keeps it (``None``: every feed let it go long ago);
+    versions no feed ever listed are absent."""
+    reasons: dict[str, str | None] = {}
+    for listing in sorted(listings, key=lambda li: (li.version, li.feed)):
+        current = reasons.get(listing.version)
+        if listing.version in reasons and current is not None and "lists it" in current:
+            continue
+        if listing.present:
+            reasons[listing.version] = f"the {listing.feed} feed lists it"
+        elif now - listing.last_seen_at <= after:
+            reasons[listing.version] = (
+                f"left the {listing.feed} feed on {listing.last_seen_at:%Y-%m-%d}, "
+                f"{_days(after)} not yet passed"
+            )
+        else:
+            reasons.setdefault(listing.version, None)
+    return reasons
+
+
+def _why(version: str, left: datetime, after: timedelta) -> str:
+    return (
+        f"Flatcar {version}: no GPU node runs or will reboot into it, it left every feed on "
+        f"{left:%Y-%m-%d} (over {_days(after)} ago), no current target"
+    )
+
+
+def _days(period: timedelta) -> str:
+    days = period / timedelta(days=1)
+    return f"{days:g} day" + ("" if days == 1 else "s")
+
+
+@dataclass(frozen=True)
+class DeletionRecord:
+    """One tag retention deleted, as the store keeps it (``retention_deletions``)."""
+
+    tag: str
+    digest: str
+    flatcar_version: str
+    reason: str
+    deleted_at: datetime
+    attachments: int = 0
+    """Signature, attestation and referrer manifests deleted with it."""

@@ -1,0 +1,161 @@
+"""``OrasJanitor``: the ``RegistryJanitor`` port (retention's deletes) on ``OrasRegistry``.
+
+Why it exists: retention deletes the tags of Flatcar releases no node needs any more. The
+OCI distribution API deletes a manifest by digest (``DELETE /v2/<name>/manifests/
+<digest>``; a tag is resolved first with a ``HEAD`` carrying every manifest media type in
+``Accept``, whose ``Docker-Content-Digest`` is the digest), which removes every tag on it.
+A registry that does not allow deletes answers 405 or the error code ``UNSUPPORTED``
+(distribution without ``storage.delete.enabled``): that is ``DeleteRefusedError``, one line
+for the operator, and nothing else happens.
+
+What belongs to a digest (``attachments``), as ``signing/`` writes it: cosign's
+``sha256-<hex>.sig`` and ``.att`` tags, the referrers tag ``sha256-<hex>`` (an index of the
+SBOM and provenance manifests, for registries without the referrers API) and what the OCI
+1.1 referrers API lists, for the digest and for each image of its index. Everything goes
+through ``OrasRegistry``'s request loop: the same credentials, TLS, timeouts and retries.
+Deliberately not here: deciding what to delete (``domain.retention``), blobs (the
+registry's garbage collection frees them).
+"""
+
+from __future__ import annotations
+
+import json
+
+from releasebot.domain.builds import is_digest
+from releasebot.domain.errors import DeleteRefusedError, RegistryAuthError, RegistryError
+from releasebot.edge.text import one_line
+from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX
+from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswer
+
+MAX_LISTED = 256
+"""Manifests read from one index or referrers answer: releasebot attaches a handful."""
+_ACCEPT = ", ".join(MANIFEST_TYPES)
+
+
+class OrasJanitor:
+    """``RegistryJanitor`` for the repository ``registry`` reads."""
+
+    def __init__(self, registry: OrasRegistry) -> None:
+        self._registry = registry
+        self._host = registry.repository.split("/", 1)[0]
+
+    def __repr__(self) -> str:
+        return f"OrasJanitor({self._registry.repository!r})"
+
+    @property
+    def repository(self) -> str:
+        return self._registry.repository
+
+    def tags(self) -> set[str]:
+        return self._registry.tags()
+
+    def digest(self, tag: str) -> str | None:
+        return self._registry.digest(tag)
+
+    def attachments(self, digest: str) -> tuple[str, ...]:
+        self._check(digest)
+        found: list[str] = []
+        for subject in (digest, *self._listed(digest)):
+            hex_part = subject.split(":", 1)[1]
+            for tag in (f"sha256-{hex_part}.sig", f"sha256-{hex_part}.att"):
+                attached = self._registry.digest(tag)
+                if attached is not None:
+                    found.append(attached)
+            index = self._registry.digest(f"sha256-{hex_part}")
+            if index is not None:
+                found += [index, *self._listed(index)]
+            found += self._referrers(subject)
+        unique = dict.fromkeys(d for d in found if d != digest)
+        return tuple(unique)
+
+    def delete(self, digest: str) -> bool:
+        self._check(digest)
+        try:
+            answer = self._registry.request("DELETE", f"manifests/{digest}", {"Accept": _ACCEPT})
+        except RegistryAuthError as error:  # pull and push may work, delete not
+            raise RegistryAuthError(
+                f"{error}; deleting needs the delete permission on the repository"
+            ) from error
+        if answer.status in (200, 202, 204):
+            return True
+        code = _error_code(answer)
+        if answer.status == 405 or code == "UNSUPPORTED":
+            raise DeleteRefusedError(
+                f"registry {self._host} refuses deletes ({answer.status} {_trim(answer.reason)}"
+                f"{' ' + code if code else ''}): allow deletes in the registry (distribution: "
+                "storage.delete.enabled) or turn retention off"
+            )
+        if answer.status == 404:
+            return False
+        raise RegistryError(
+            f"registry {self._host}: delete {digest}: {answer.status} {_trim(answer.reason)}"
+        )
+
+    # -- reading what belongs to a digest ------------------------------------------------
+
+    def _listed(self, digest: str) -> list[str]:
+        """The manifests an index lists; none for an image (or a manifest gone)."""
+        answer = self._registry.request("GET", f"manifests/{digest}", {"Accept": _ACCEPT})
+        if answer.status == 404:
+            return []
+        self._expect(answer, f"manifest {digest}")
+        media_type = answer.headers.get("Content-Type", "").split(";")[0].strip()
+        document = _document(answer.body)
+        if media_type not in INDEX_TYPES and "manifests" not in document:
+            return []
+        return _digests(document)
+
+    def _referrers(self, digest: str) -> list[str]:
+        answer = self._registry.request("GET", f"referrers/{digest}", {"Accept": OCI_INDEX})
+        if answer.status in (400, 404, 405):  # no referrers API (distribution 2.8)
+            return []
+        self._expect(answer, f"referrers of {digest}")
+        return _digests(_document(answer.body))
+
+    def _check(self, digest: str) -> None:
+        if not is_digest(digest) or not digest.startswith("sha256:"):
+            raise RegistryError(f"registry {self._host}: not a digest: {_trim(digest)!r}")
+
+    def _expect(self, answer: RegistryAnswer, what: str) -> None:
+        if 200 <= answer.status < 300:
+            return
+        if answer.status in (401, 403):
+            raise RegistryAuthError(
+                f"registry {self._host}: {what}: {answer.status} {_trim(answer.reason)} — "
+                "check the credentials"
+            )
+        raise RegistryError(
+            f"registry {self._host}: {what}: {answer.status} {_trim(answer.reason)}"
+        )
+
+
+def _document(body: bytes) -> dict[str, object]:
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _digests(document: dict[str, object]) -> list[str]:
+    manifests = document.get("manifests")
+    if not isinstance(manifests, list):
+        return []
+    found = []
+    for entry in manifests[:MAX_LISTED]:
+        digest = entry.get("digest") if isinstance(entry, dict) else None
+        if isinstance(digest, str) and is_digest(digest) and digest.startswith("sha256:"):
+            found.append(digest)
+    return found
+
+
+def _error_code(answer: RegistryAnswer) -> str:
+    try:
+        code = json.loads(answer.body)["errors"][0]["code"]
+    except (ValueError, TypeError, KeyError, IndexError):
+        return ""
+    return _trim(code) if isinstance(code, str) else ""
+
+
+def _trim(value: object) -> str:
+    return one_line(value, MAX_ERROR_TEXT)

@@ -1,0 +1,176 @@
+"""Use case: retention, the deletion of registry tags nothing needs any more.
+
+``RetentionService.run`` reads, through the ports, what ``domain.retention`` decides from:
+the repository's tags (``RegistryJanitor``), the fleet as listed now (``FleetSource``; no
+source, or a listing that fails, holds everything), the store's fleet history, when each
+Flatcar feed last listed each release, and the current targets. It resolves the digest of
+every tag that could share a manifest with a candidate (a delete by digest removes every
+tag on it), and with ``apply`` deletes each candidate's manifest, then what is attached to
+it (cosign signatures and attestations, SBOM and provenance referrers), and records each
+deletion with its Slack event in one transaction, so each is told once.
+
+A registry that refuses deletes stops the run at its first refusal: nothing was deleted,
+nothing is recorded, the report says so in one line. Problems are the report's, for the
+caller to show (the CLI's lines, the service's log); each deletion is logged here.
+Deliberately not here: the decision (``domain.retention``), HTTP (``registry/janitor.py``),
+scheduling (``service.runner``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from releasebot.domain.errors import DeleteRefusedError, ReleasebotError
+from releasebot.domain.events import Event, EventKind, Payload, deletion_key
+from releasebot.domain.fleet import ParsedNode
+from releasebot.domain.ports import FleetSource, RegistryJanitor, StateStore
+from releasebot.domain.retention import (
+    DEFAULT_AFTER,
+    DEFAULT_MAX_DELETIONS,
+    Deletion,
+    DeletionRecord,
+    RetentionInputs,
+    RetentionPlan,
+    guard_shared_digests,
+    plan_retention,
+)
+
+log = logging.getLogger("releasebot.retention")
+
+ATTACHMENT_PREFIX = "sha256-"
+"""Tags signing writes (``sha256-<hex>.sig``/``.att``, the referrers tag): deleted with
+their subject, never on their own, and never sharing a digest with an image tag."""
+
+
+@dataclass
+class RetentionReport:
+    """What one run decided and did."""
+
+    plan: RetentionPlan
+    applied: bool
+    deleted: list[DeletionRecord] = field(default_factory=list)
+    refused: str | None = None
+    """The registry refused deletes: nothing was deleted (the one line to show)."""
+    errors: list[str] = field(default_factory=list)
+    """Problems that did not stop the run (an attachment that could not be deleted)."""
+
+    @property
+    def failed(self) -> bool:
+        return self.plan.held is not None or self.refused is not None or bool(self.errors)
+
+
+class RetentionService:
+    """Decides, and with ``apply`` deletes, the tags nothing needs; one per process."""
+
+    def __init__(
+        self,
+        *,
+        store: StateStore,
+        janitor: RegistryJanitor,
+        fleet: FleetSource | None,
+        clock: Callable[[], datetime],
+        after: timedelta = DEFAULT_AFTER,
+        max_deletions: int = DEFAULT_MAX_DELETIONS,
+    ) -> None:
+        self._store = store
+        self._janitor = janitor
+        self._fleet = fleet
+        self._clock = clock
+        self._after = after
+        self._max_deletions = max_deletions
+
+    def run(self, *, apply: bool) -> RetentionReport:
+        """Decide; with ``apply`` delete. Raises the registry's and store's errors when
+        what the decision needs cannot be read (then nothing was deleted)."""
+        nodes, problem = self._nodes()
+        now = self._clock()
+        tags = self._janitor.tags()
+        inputs = RetentionInputs(
+            tags=tags,
+            nodes=nodes,
+            listings=self._store.flatcar_listings(),
+            targets=self._store.targets(required_only=True),
+            history=self._store.fleet_nodes() if nodes is not None else (),
+            fleet_problem=problem,
+        )
+        plan = plan_retention(inputs, now=now, after=self._after, max_deletions=self._max_deletions)
+        if plan.held is not None:
+            return RetentionReport(plan, applied=apply)
+        if plan.delete:
+            digests = {
+                tag: self._janitor.digest(tag)
+                for tag in sorted(tags)
+                if not tag.startswith(ATTACHMENT_PREFIX)
+            }
+            plan = guard_shared_digests(plan, digests)
+        report = RetentionReport(plan, applied=apply)
+        if apply:
+            self._apply(report)
+        return report
+
+    def _nodes(self) -> tuple[tuple[ParsedNode, ...] | None, str | None]:
+        if self._fleet is None:
+            return None, "fleet.enabled is false, so releasebot does not know what nodes run"
+        try:
+            return self._fleet.nodes().nodes, None
+        except ReleasebotError as error:
+            return None, str(error)
+
+    def _apply(self, report: RetentionReport) -> None:
+        for deletion in report.plan.delete:
+            assert deletion.digest is not None  # guard_shared_digests sets it
+            try:
+                attachments = self._janitor.attachments(deletion.digest)
+                if not self._janitor.delete(deletion.digest):
+                    log.info("retention: %s was already gone", deletion.tag)
+                    continue
+            except DeleteRefusedError as error:
+                report.refused = str(error)
+                return
+            except ReleasebotError as error:
+                report.errors.append(f"cannot delete {deletion.tag}: {error}")
+                continue
+            removed = self._delete_attachments(deletion, attachments, report)
+            record = DeletionRecord(
+                deletion.tag,
+                deletion.digest,
+                deletion.flatcar.text,
+                deletion.reason,
+                self._clock(),
+                removed,
+            )
+            self._store.record_deletion(record, events=[self._event(record)])
+            report.deleted.append(record)
+            log.info(
+                "retention: deleted %s (%s): %s",
+                deletion.tag,
+                deletion.digest,
+                deletion.reason,
+                extra={"tag": deletion.tag, "digest": deletion.digest},
+            )
+
+    def _delete_attachments(
+        self, deletion: Deletion, attachments: tuple[str, ...], report: RetentionReport
+    ) -> int:
+        removed = 0
+        for digest in attachments:
+            try:
+                removed += self._janitor.delete(digest)
+            except ReleasebotError as error:
+                report.errors.append(f"{deletion.tag}: attachment {digest}: {error}")
+        return removed
+
+    def _event(self, record: DeletionRecord) -> Event:
+        payload: Payload = {
+            "tag": record.tag,
+            "repository": self._janitor.repository,
+            "digest": record.digest,
+            "flatcar_version": record.flatcar_version,
+            "reason": record.reason,
+            "attachments": record.attachments,
+        }
+        key = deletion_key(record.tag, record.digest)
+        return Event(EventKind.TAG_DELETED, key, record.tag, record.deleted_at, payload)

@@ -1,0 +1,84 @@
+"""Retention wired: the store, the fleet source and the registry's deletes for
+``RetentionService``, from the ``[retention]``, ``[fleet]`` and ``[registry]`` settings.
+
+Used by ``releasebot retention`` and, when ``retention.enabled``, by ``releasebot run``
+(on its one engine). The fleet is read from the cluster when ``fleet.enabled``; without
+it retention deletes nothing (it cannot know what the nodes run).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, closing, contextmanager
+
+from sqlalchemy import Engine
+
+from releasebot.config import Settings
+from releasebot.domain.errors import ConfigError
+from releasebot.domain.ports import FleetSource, StateStore
+from releasebot.registry.janitor import OrasJanitor
+from releasebot.registry.oras import OrasRegistry
+from releasebot.service.retention import RetentionService
+from releasebot.store.dryrun import DryRunStore
+from releasebot.store.memory import MemoryStateStore
+from releasebot.store.sql import SqlStateStore
+from releasebot.wiring.core import make_registry, migrated_store, open_engine, utc_now
+
+
+@contextmanager
+def retention_service(
+    settings: Settings,
+    *,
+    apply: bool,
+    engine: Engine | None = None,
+    fleet_source: FleetSource | None = None,
+) -> Iterator[RetentionService]:
+    """A ready ``RetentionService``; without ``apply`` the store is only read (and not
+    migrated), so a dry run changes nothing at all."""
+    registry = make_registry(settings)
+    if not isinstance(registry, OrasRegistry):  # pragma: no cover - make_registry's type
+        raise ConfigError("registry", "retention needs a real OCI registry")
+    with ExitStack() as stack:
+        stack.enter_context(closing(registry))
+        if engine is None:
+            engine = stack.enter_context(open_engine(settings.database.url))
+        store: StateStore
+        if apply:
+            store = migrated_store(engine)
+        else:
+            from releasebot.store import migrate
+
+            store = DryRunStore(
+                SqlStateStore(engine) if migrate.is_at_head(engine) else MemoryStateStore()
+            )
+        if fleet_source is None and settings.fleet.enabled:
+            fleet_source = stack.enter_context(_cluster_fleet(settings))
+        retention = settings.retention
+        yield RetentionService(
+            store=store,
+            janitor=OrasJanitor(registry),
+            fleet=fleet_source,
+            clock=utc_now,
+            after=retention.after,
+            max_deletions=retention.max_deletions,
+        )
+
+
+@contextmanager
+def _cluster_fleet(settings: Settings) -> Iterator[FleetSource]:
+    from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
+    from releasebot.fleet.kubernetes import KubernetesFleetSource
+
+    fleet = settings.fleet
+    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    client = make_kube_client(kubeconfig)
+    try:
+        yield KubernetesFleetSource(
+            client,
+            selector=fleet.selector,
+            page_size=fleet.page_size,
+            gate_annotation=fleet.gate_annotation,
+        )
+    finally:
+        client.close()

@@ -1,0 +1,242 @@
+"""Retention against a REAL registry (Debian's docker-registry) and a real SQLite store.
+
+The janitor (``registry/janitor.py``) on its own: a tag's manifest is deleted by digest
+and the tag is gone, a second delete answers "already gone"; what signing attached to a
+digest (cosign ``.sig``/``.att`` tags, the referrers tag and its SBOM/provenance
+manifests, written by the real ``RegistryAttestor``) is found for an image and for each
+image of an index; a registry with deletes disabled refuses with ``DeleteRefusedError``.
+
+The use case (``service/retention.py``) end to end, on a seeded store and a simulated
+fleet: a dry run deletes nothing; ``apply`` deletes exactly the release nothing needs (and
+its signature), keeps what a node runs, what a node will reboot into, what a feed lists
+and the current target, records the deletion and tells it once; an unsure fleet and a
+registry refusing deletes delete nothing and record nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from releasebot.domain.errors import DeleteRefusedError
+from releasebot.domain.events import EventKind
+from releasebot.domain.fleet import NFD_VERSION_ID
+from releasebot.domain.versions import Arch
+from releasebot.fleet.memory import MemoryFleetSource
+from releasebot.registry.artifacts import OrasArtifacts
+from releasebot.registry.janitor import OrasJanitor
+from releasebot.registry.oras import OrasRegistry
+from releasebot.service.retention import RetentionService
+from releasebot.signing.keys import generate_key
+from releasebot.store import migrate
+from releasebot.store.engine import make_engine
+from releasebot.store.sql import SqlStateStore
+from tests.contract.test_store_contract import SEEN, URL, flatcar
+from tests.integration.test_signing_registry import attestor, request_for
+from tests.support.fleetnodes import gpu_node
+from tests.support.registryserver import RunningRegistry
+from tests.support.targets import make_target
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+GONE = "580.105.08-flatcar4230.2.4"
+"""Left the stable feed 90 days ago; nothing runs it: the one tag retention deletes."""
+RUNNING = "580.105.08-flatcar4230.2.5"
+PENDING = "580.105.08-flatcar4230.2.6"
+LISTED = "580.105.08-flatcar4593.2.4"
+TARGET = "580.178.04-flatcar4593.2.5"
+ALL = (GONE, RUNNING, PENDING, LISTED, TARGET)
+
+
+def janitor_for(registry: RunningRegistry, name: str) -> tuple[OrasRegistry, OrasJanitor]:
+    oras = OrasRegistry(registry.repository(name), insecure=True, retries=0)
+    return oras, OrasJanitor(oras)
+
+
+@pytest.fixture
+def janitor(plain_registry: RunningRegistry, registry_name: str) -> Iterator[OrasJanitor]:
+    oras, janitor = janitor_for(plain_registry, registry_name)
+    yield janitor
+    oras.close()
+
+
+def test_a_delete_by_digest_removes_the_tag(
+    plain_registry: RunningRegistry, registry_name: str, janitor: OrasJanitor
+) -> None:
+    digest = plain_registry.push_image(registry_name, GONE)
+    other = plain_registry.push_image(registry_name, TARGET)
+    assert janitor.digest(GONE) == digest
+    assert janitor.delete(digest) is True
+    assert janitor.digest(GONE) is None
+    assert janitor.tags() == {TARGET}
+    assert janitor.digest(TARGET) == other
+    assert janitor.delete(digest) is False  # already gone: an answer, not an error
+
+
+def test_what_signing_attached_is_found_for_an_image_and_an_index(
+    plain_registry: RunningRegistry, registry_name: str, janitor: OrasJanitor
+) -> None:
+    oras = OrasRegistry(plain_registry.repository(registry_name), insecure=True, retries=0)
+    artifacts = OrasArtifacts(oras)
+    key = generate_key()
+    amd64 = plain_registry.push_image(registry_name, f"{GONE}-amd64", arch="amd64")
+    arm64 = plain_registry.push_image(registry_name, f"{GONE}-arm64", arch="arm64")
+    index = oras.push_index(GONE, [(Arch.AMD64, amd64), (Arch.ARM64, arm64)])
+    assert janitor.attachments(index) == ()
+    request = request_for(artifacts.repository, index, {Arch.AMD64: amd64, Arch.ARM64: arm64})
+    attestor(artifacts, key).attest(request)
+    attached = set(janitor.attachments(index))
+    signature_tags = {
+        f"sha256-{digest.split(':')[1]}{suffix}"
+        for digest in (index, amd64, arm64)
+        for suffix in (".sig", ".att", "")
+    }
+    tagged = {janitor.digest(tag) for tag in signature_tags} - {None}
+    assert tagged <= attached  # every signature, attestation and referrers tag
+    assert len(attached) > len(tagged)  # and the SBOM/provenance manifests they index
+    assert not {index, amd64, arm64} & attached
+    for digest in attached:
+        assert janitor.delete(digest) is True
+    assert {tag for tag in janitor.tags() if tag.startswith("sha256-")} == set()
+    assert janitor.attachments(index) == ()
+    oras.close()
+
+
+def test_a_registry_with_deletes_disabled_refuses_them(
+    nodelete_registry: RunningRegistry, registry_name: str
+) -> None:
+    oras, janitor = janitor_for(nodelete_registry, registry_name)
+    digest = nodelete_registry.push_image(registry_name, GONE)
+    with pytest.raises(DeleteRefusedError) as refused:
+        janitor.delete(digest)
+    message = str(refused.value)
+    assert "refuses deletes" in message
+    assert "storage.delete.enabled" in message
+    assert "\n" not in message
+    assert janitor.digest(GONE) == digest
+    oras.close()
+
+
+# -- the use case, end to end ------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStateStore]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'state.db'}")
+    migrate.upgrade(engine)
+    store = SqlStateStore(engine)
+    long_ago = NOW - timedelta(days=120)
+    old = [flatcar(v) for v in ("4230.2.4", "4230.2.5", "4230.2.6")]
+    store.record_flatcar_feed("stable", URL, [*old, flatcar("4593.2.4")], SEEN, long_ago)
+    dropped = NOW - timedelta(days=90)
+    store.record_flatcar_feed("stable", URL, [flatcar("4593.2.4")], SEEN, dropped)
+    store.sync_targets([make_target(driver="580.178.04", flatcar="4593.2.5")], NOW)
+    yield store
+    engine.dispose()
+
+
+def fleet(*, unsure: bool = False) -> MemoryFleetSource:
+    nodes = [gpu_node("gpu-0", "4230.2.5"), gpu_node("gpu-1", "4593.2.5", pending="4230.2.6")]
+    if unsure:
+        odd = gpu_node("gpu-odd", "4593.2.5")
+        odd["metadata"]["labels"][NFD_VERSION_ID] = "not-a-version"
+        odd["status"]["nodeInfo"]["osImage"] = "Flatcar Container Linux"
+        nodes.append(odd)
+    return MemoryFleetSource(nodes)
+
+
+def service(
+    store: SqlStateStore, janitor: OrasJanitor, source: MemoryFleetSource | None
+) -> RetentionService:
+    return RetentionService(store=store, janitor=janitor, fleet=source, clock=lambda: NOW)
+
+
+def push_all(registry: RunningRegistry, name: str) -> dict[str, str]:
+    return {tag: registry.push_image(name, tag) for tag in ALL}
+
+
+def test_a_dry_run_deletes_nothing_and_apply_deletes_only_what_nothing_needs(
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    janitor: OrasJanitor,
+    store: SqlStateStore,
+) -> None:
+    digests = push_all(plain_registry, registry_name)
+    oras = OrasRegistry(plain_registry.repository(registry_name), insecure=True, retries=0)
+    artifacts = OrasArtifacts(oras)
+    gone = digests[GONE]
+    attestor(artifacts, generate_key()).attest(
+        request_for(artifacts.repository, gone, {Arch.AMD64: gone})
+    )
+    signature = f"sha256-{gone.split(':')[1]}.sig"
+    before = janitor.tags()
+    assert signature in before
+
+    dry = service(store, janitor, fleet()).run(apply=False)
+    assert [(d.tag, d.digest) for d in dry.plan.delete] == [(GONE, gone)]
+    assert janitor.tags() == before
+    assert store.deletions() == []
+    assert store.pending_events(NOW) == []
+
+    report = service(store, janitor, fleet()).run(apply=True)
+    assert not report.failed
+    assert janitor.tags() == before - {GONE, signature} - {
+        t for t in before if t.startswith(f"sha256-{gone.split(':')[1]}")
+    }
+    for tag in (RUNNING, PENDING, LISTED, TARGET):
+        assert janitor.digest(tag) == digests[tag]
+    reasons = {kept.tag: kept.reason for kept in report.plan.keep}
+    assert reasons[RUNNING] == "GPU node gpu-0 runs it"
+    assert reasons[PENDING] == "GPU node gpu-1 will reboot into it"
+    assert reasons[LISTED] == "the stable feed lists it"
+    assert reasons[TARGET] == f"a current target ({TARGET})"
+    (recorded,) = store.deletions()
+    assert (recorded.tag, recorded.digest, recorded.flatcar_version) == (GONE, gone, "4230.2.4")
+    assert recorded.attachments >= 2  # its signature and attestation (and their index)
+    (event,) = store.pending_events(NOW)
+    assert event.event.kind is EventKind.TAG_DELETED
+    assert event.event.payload["repository"] == janitor.repository
+
+    again = service(store, janitor, fleet()).run(apply=True)
+    assert again.plan.delete == ()
+    assert len(store.deletions()) == 1
+    assert len(store.pending_events(NOW)) == 1  # told once
+    oras.close()
+
+
+@pytest.mark.parametrize("source", ["unsure", "none"])
+def test_an_unsure_fleet_deletes_nothing(
+    source: str,
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    janitor: OrasJanitor,
+    store: SqlStateStore,
+) -> None:
+    push_all(plain_registry, registry_name)
+    report = service(store, janitor, fleet(unsure=True) if source == "unsure" else None).run(
+        apply=True
+    )
+    assert report.plan.held is not None
+    assert report.failed
+    assert report.plan.delete == ()
+    assert janitor.tags() == set(ALL)
+    assert store.deletions() == []
+    assert store.pending_events(NOW) == []
+
+
+def test_a_registry_refusing_deletes_changes_nothing(
+    nodelete_registry: RunningRegistry, registry_name: str, store: SqlStateStore
+) -> None:
+    oras, janitor = janitor_for(nodelete_registry, registry_name)
+    push_all(nodelete_registry, registry_name)
+    report = service(store, janitor, fleet()).run(apply=True)
+    assert report.refused is not None
+    assert "refuses deletes" in report.refused
+    assert report.failed
+    assert report.deleted == []
+    assert janitor.tags() == set(ALL)
+    assert store.deletions() == []
+    assert store.pending_events(NOW) == []
+    oras.close()
