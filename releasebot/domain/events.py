@@ -98,7 +98,8 @@ def build_event(
     payload: dict[str, str | int | list[str] | None] = {
         "tag": target.tag,
         "attempt": record.attempts,
-        "max_attempts": max_attempts,
+        # The last attempt the current budget allows (a person's retry starts a new one).
+        "max_attempts": record.budget_start + max_attempts,
         "driver_version": target.driver_version.text,
         "flatcar_version": target.flatcar_version.text,
         "flatcar_channel": target.flatcar_channel,

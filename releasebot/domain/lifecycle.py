@@ -21,7 +21,8 @@ decisions (one transaction each) and keeps the order. The cycle, ``/releasebot p
                        building, permanent or budget spent -> failed
     unsigned           building, signing failed for good   -> failed (never published unsigned)
     hand_refusal       a person's build or retry           -> building (not while building,
-                                                              nor published without --force)
+                                                              nor published without --force),
+                                                              with a full retry budget
 
 A new input to a decision is a new argument of the function that makes it, never a copy of
 the rule elsewhere (``launch_order`` takes the tags nodes wait for at the reboot gate).
@@ -220,9 +221,11 @@ def start_attempt(
     reused: Mapping[Arch, str],
     now: datetime,
     rules: LifecycleRules,
+    by_hand: bool = False,
 ) -> Attempt:
     """The next attempt of ``record``, one build per request; an arch whose image already
-    exists (``reused``: its digest) is a build that succeeded without a Job."""
+    exists (``reused``: its digest) is a build that succeeded without a Job. ``by_hand``:
+    a person asked for it (``build``, ``retry``), so it starts a full retry budget."""
     builds = tuple(
         BuildRecord(
             tag=record.tag,
@@ -243,6 +246,7 @@ def start_attempt(
         attempts=record.attempts + 1,
         next_attempt_at=None,
         updated_at=now,
+        budget_start=record.attempts if by_hand else record.budget_start,
     )
     return Attempt(
         building,
@@ -368,8 +372,9 @@ def _refused(publish: Publish, why: str, now: datetime, rules: LifecycleRules) -
 
 
 def failed_streak(record: TargetRecord, builds: Iterable[BuildRecord]) -> int:
-    """Attempts since the last one that published: the retry budget counts these, so a
-    forced rebuild or a vanished tag starts with a full budget."""
+    """Attempts since the last one that published or the last a person asked for (the
+    ``budget_start``): the retry budget counts these, so a forced rebuild, a vanished tag
+    and a person's build or retry after the budget was spent start with a full budget."""
     by_attempt: dict[int, list[BuildRecord]] = {}
     for build in builds:
         by_attempt.setdefault(build.attempt, []).append(build)
@@ -378,7 +383,7 @@ def failed_streak(record: TargetRecord, builds: Iterable[BuildRecord]) -> int:
         for attempt, attempt_builds in by_attempt.items()
         if all(build.state is BuildState.SUCCEEDED for build in attempt_builds)
     ]
-    return record.attempts - max(succeeded, default=0)
+    return record.attempts - max(max(succeeded, default=0), record.budget_start)
 
 
 # -- how a target stands, for people ---------------------------------------------------------

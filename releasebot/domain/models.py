@@ -215,6 +215,9 @@ class TargetRecord:
     next_attempt_at: datetime | None = None
     last_error: str | None = None
     published_at: datetime | None = None
+    budget_start: int = 0
+    """Attempts made before the current retry budget began: a person's build or retry
+    starts a full budget (``lifecycle.failed_streak`` counts from here or the last publish)."""
 
     @property
     def tag(self) -> str:

@@ -20,9 +20,8 @@ again a third of a lease later on the leader, and every ``RunnerOptions.follow_e
 (a fifteenth of the lease) on a follower, which bounds how late a follower sees the last
 renewal and notices the lapse (the takeover bound in ``docs/architecture.md``). lightkube
 and httpx2 errors are translated into ``ClusterUnavailableError``/``ClusterRejectedError``
-(``edge.kube``). Deliberately not
-here: watching the Lease, the database guard (``store.lock``), and what a leader does
-(``service.runner``).
+(``edge.kube``). Deliberately not here: watching the Lease, the database guard
+(``store.lock``), and what a leader does (``service.runner``).
 """
 
 from __future__ import annotations

@@ -149,7 +149,9 @@ class Attempts:
     def render(self, requests: list[BuildRequest]) -> list[dict[str, Any]]:
         return [self._launcher.render(request) for request in requests]
 
-    def launch(self, record: TargetRecord, tags: set[str], report: CycleReport) -> int:
+    def launch(
+        self, record: TargetRecord, tags: set[str], report: CycleReport, *, by_hand: bool = False
+    ) -> int:
         """Start the next attempt of ``record``: one Job per arch; returns Jobs started.
 
         A multi-arch target whose per-arch tag already exists (a crash after its push, or
@@ -167,7 +169,7 @@ class Attempts:
             if (digest := self._reusable_digest(record.target, arch, tags)) is not None
         }
         attempt = lifecycle.start_attempt(
-            record, requests, reused=reused, now=self._clock(), rules=self._options
+            record, requests, reused=reused, now=self._clock(), rules=self._options, by_hand=by_hand
         )
         # Committed BEFORE any Job exists: a crash from here on is repaired by `follow`.
         self._store.save(targets=[attempt.record], builds=attempt.builds, events=[attempt.event])

@@ -226,6 +226,7 @@ class MemoryStateStore:
                     state=record.state,
                     digest=record.digest,
                     attempts=record.attempts,
+                    budget_start=record.budget_start,
                     next_attempt_at=_utc_or_none(record.next_attempt_at),
                     last_error=None if record.last_error is None else fit_error(record.last_error),
                     published_at=_utc_or_none(record.published_at),

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # Alembic is imported only when a migration really runs (star
 
 EngineOrUrl = Engine | URL | str
 
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 """The newest revision in ``migrations/versions``; a test keeps the two in step. Knowing it
 without Alembic lets every start-up check the schema with one cheap query."""
 

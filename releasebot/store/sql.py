@@ -476,6 +476,7 @@ def _target_values(record: TargetRecord) -> Values:
         "next_attempt_at": record.next_attempt_at,
         "last_error": record.last_error,
         "published_at": record.published_at,
+        "budget_start": record.budget_start,
     }
 
 
@@ -506,6 +507,7 @@ def _target_record(row: Row[Any]) -> TargetRecord:
         next_attempt_at=row.next_attempt_at,
         last_error=row.last_error,
         published_at=row.published_at,
+        budget_start=row.budget_start,
     )
 
 
@@ -523,6 +525,7 @@ def _target_status(record: TargetRecord) -> Values:
         "last_error": None if record.last_error is None else fit_error(record.last_error),
         "published_at": record.published_at,
         "updated_at": record.updated_at,
+        "budget_start": record.budget_start,
     }
 
 

@@ -53,6 +53,10 @@ from tests.support.builds import Clock
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 NOW = 1_796_040_000.0  # 2026-11-30 12:00 UTC, the tests' clock
+BUDGET = (
+    "\nA build or retry asked for by a person gets the full retry budget: up to 3 attempts"
+    " if builds fail for a passing reason."
+)
 ADMIN, STRANGER = "UADMIN001", "USTRANGER9"
 OPS_CHANNEL, RANDOM_CHANNEL = "COPS00001", "CRANDOM01"
 CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
@@ -421,7 +425,7 @@ def test_build_answers_at_once_and_follows_up(rig: ChatRig) -> None:
     [job] = rig.launcher.created
     assert follow_up["response_type"] == "in_channel"
     assert follow_up["text"] == (
-        f"<@{ADMIN}> started `580.95.05-flatcar4593.2.4` (amd64): job `{job}`"
+        f"<@{ADMIN}> started `580.95.05-flatcar4593.2.4` (amd64): job `{job}`" + BUDGET
     )
     assert rig.replies.posts[0][0] == "/commands/T1/B1/abc"
     assert_valid_blocks(follow_up)
@@ -483,7 +487,7 @@ def test_retry_starts_the_next_attempt_of_a_failed_target(rig: ChatRig) -> None:
     second = rig.launcher.created[-1]
     assert second.endswith("-amd64-2")
     assert retried["response_type"] == "in_channel"
-    assert retried["text"] == f"<@{ADMIN}> started `{CURRENT}` (amd64): job `{second}`"
+    assert retried["text"] == f"<@{ADMIN}> started `{CURRENT}` (amd64): job `{second}`" + BUDGET
 
     rig.post(f"retry {CURRENT}")
     assert rig.replies.wait(3)[2]["text"] == (

@@ -430,6 +430,47 @@ def test_a_person_may_start_a_failed_target_but_not_a_busy_or_published_one() ->
     assert hand_refusal(target, active=[], published=True, force=True) is None
 
 
+def test_a_person_s_retry_after_a_spent_budget_gets_the_full_budget_again() -> None:
+    spent = record(TargetState.FAILED, attempts=3)
+    evicted = [
+        failed(b, FailureReason.EVICTED)
+        for attempt in (1, 2, 3)
+        for b in builds_of(spent, BuildState.RUNNING, attempt=attempt)
+    ]
+    requests = [build_request(spent.target, Arch.AMD64, 4)]
+    by_hand = start_attempt(spent, requests, reused={}, now=T0, rules=RULES, by_hand=True)
+    assert (by_hand.record.attempts, by_hand.record.budget_start) == (4, 3)
+    assert by_hand.event.payload["max_attempts"] == 6  # attempts 4, 5 and 6 are its budget
+    history = [*evicted, *(failed(b, FailureReason.EVICTED) for b in by_hand.builds)]
+    assert failed_streak(by_hand.record, history) == 1
+    change = settle(by_hand.record, history, now=T0, rules=RULES)
+    assert isinstance(change, Change)
+    assert change.record.state is TargetState.RETRYING  # not "retries exhausted" at once
+    # The automatic retries keep the budget the person started; the third attempt ends it.
+    for attempt in (5, 6):
+        again = start_attempt(
+            replace(change.record, state=TargetState.RETRYING),
+            [build_request(spent.target, Arch.AMD64, attempt)],
+            reused={},
+            now=T0,
+            rules=RULES,
+        )
+        assert again.record.budget_start == 3
+        history += [failed(b, FailureReason.EVICTED) for b in again.builds]
+        change = settle(again.record, history, now=T0, rules=RULES)
+        assert isinstance(change, Change)
+    assert change.record.state is TargetState.FAILED
+    assert change.event is not None
+    assert change.event.kind is EventKind.RETRIES_EXHAUSTED
+    # Without the person, the same failure after a spent budget is exhausted at once.
+    automatic = start_attempt(spent, requests, reused={}, now=T0, rules=RULES)
+    assert automatic.record.budget_start == 0
+    history = [*evicted, *(failed(b, FailureReason.EVICTED) for b in automatic.builds)]
+    exhausted = settle(automatic.record, history, now=T0, rules=RULES)
+    assert isinstance(exhausted, Change)
+    assert exhausted.record.state is TargetState.FAILED
+
+
 # -- how a target stands ---------------------------------------------------------------------
 
 
