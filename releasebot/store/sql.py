@@ -63,10 +63,14 @@ BuildKey = tuple[str, str, int]
 
 
 class SqlStateStore:
-    """The state store in a relational database; build the engine with ``make_engine``."""
+    """The state store in a relational database; build the engine with ``make_engine``.
 
-    def __init__(self, engine: Engine) -> None:
+    ``keep_events=False``: events are not written to the outbox (no notifier is configured,
+    so nobody would ever deliver them; they would only pile up and alarm)."""
+
+    def __init__(self, engine: Engine, *, keep_events: bool = True) -> None:
         self._engine = engine
+        self._keep_events = keep_events
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._transaction() as conn:
@@ -225,7 +229,7 @@ class SqlStateStore:
                 ("tag", "arch", "attempt"),
                 [r for r, k in zip(rows, keys, strict=True) if k in existing],
             )
-            outbox.insert_events(conn, events)
+            outbox.insert_events(conn, events if self._keep_events else ())
 
     # -- the outbox, message refs and flags (statements in outbox.py) ------------------
 
@@ -264,7 +268,7 @@ class SqlStateStore:
     ) -> None:
         with self._transaction(write=True) as conn:
             outbox.set_flag(conn, name, value, now)
-            outbox.insert_events(conn, events)
+            outbox.insert_events(conn, events if self._keep_events else ())
 
     # -- fleet history (statements in fleet.py) ----------------------------------------
 

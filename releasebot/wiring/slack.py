@@ -22,7 +22,11 @@ from sqlalchemy import Engine
 from releasebot.config import Settings
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
-from releasebot.service.notifications import DeliveryReport, NotificationService
+from releasebot.service.notifications import (
+    DeliveryReport,
+    NotificationService,
+    discard_undeliverable,
+)
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring.core import reconcile_service, utc_now
 from releasebot.wiring.guard import SharedGuard
@@ -60,6 +64,30 @@ def deliver_guarded(guard: SharedGuard, service: NotificationService | None) -> 
     with guard.hold() as held:
         if held:
             deliver_now(service)
+
+
+def discard_guarded(guard: SharedGuard, store: StateStore) -> Callable[[], None]:
+    """The delivery round without a notifier: once, under the guard, drop the events an
+    older releasebot queued with Slack off (this one queues none then)."""
+    done: list[bool] = []
+
+    def round_() -> None:
+        if done:
+            return
+        with guard.hold() as held:
+            if held:
+                discard_now(store)
+                done.append(True)
+
+    return round_
+
+
+def discard_now(store: StateStore) -> None:
+    """``discard_undeliverable`` now; a store problem is logged (the next round retries)."""
+    try:
+        discard_undeliverable(store, utc_now())
+    except ReleasebotError as error:
+        log.warning("could not clear the notifications nobody delivers: %s", error)
 
 
 def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
@@ -102,10 +130,15 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
     slack = settings.slack
     store = SqlStateStore(engine)
     delivery = notification_service(settings, store)
+    deliver: Callable[[], None] = (
+        discard_guarded(guard, store)
+        if delivery is None
+        else lambda: deliver_guarded(guard, delivery)
+    )
     signing_secret = slack.secret("signing_secret")
     app_token = slack.secret("app_token")
     if not signing_secret and not app_token:
-        yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery))
+        yield RunHooks(deliver=deliver)
         return
     from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
     from releasebot.service.commands import CommandService
@@ -131,7 +164,7 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
                 return int(status), str(content_type), bytes(payload)
 
         if not app_token:
-            yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery), slack=endpoint_call)
+            yield RunHooks(deliver=deliver, slack=endpoint_call)
             return
         from releasebot.chat.socket import SocketModeFrontDoor
 
@@ -153,7 +186,7 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
 
         def leader_round() -> None:
             connect()  # a lost or refused connection is retried every delivery round
-            deliver_guarded(guard, delivery)
+            deliver()
 
         yield RunHooks(
             on_lead_start=connect,
