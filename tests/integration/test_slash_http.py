@@ -418,7 +418,10 @@ def test_build_answers_at_once_and_follows_up(rig: ChatRig) -> None:
     assert time.monotonic() - started < 3
     assert payload == {
         "response_type": "ephemeral",
-        "text": "Working on `build 580.95.05 4593.2.4 amd64`; I will answer here when it is done.",
+        "text": (
+            "Queued `build 580.95.05 4593.2.4 amd64`; I will answer here when it is done"
+            " (after the running build cycle, if there is one)."
+        ),
         "blocks": payload["blocks"],
     }
     [follow_up] = rig.replies.wait()
@@ -456,7 +459,10 @@ def test_build_of_a_published_target_is_refused(rig: ChatRig) -> None:
 
 def test_plan_lists_what_would_be_built(rig: ChatRig) -> None:
     _, payload = rig.post("plan", user=STRANGER)
-    assert payload["text"] == "Working on `plan`; I will answer here when it is done."
+    assert payload["text"] == (
+        "Queued `plan`; I will answer here when it is done"
+        " (after the running build cycle, if there is one)."
+    )
     [follow_up] = rig.replies.wait()
     assert follow_up["response_type"] == "ephemeral"
     assert follow_up["text"] == (
@@ -576,8 +582,8 @@ def test_a_full_queue_turns_work_away_and_a_crash_is_an_apology(rig: ChatRig) ->
         for text in ("plan", "missing", "plan"):
             body = form(text, STRANGER, RANDOM_CHANNEL, rig.replies.url())
             answers.append(json.loads(endpoint.handle(body, signed(body), NOW).body)["text"])
-        assert answers[0].startswith("Working on `plan`")
-        assert answers[1].startswith("Working on `missing`")
+        assert answers[0].startswith("Queued `plan`")
+        assert answers[1].startswith("Queued `missing`")
         assert answers[2] == "I am busy with other commands; please try again in a minute."
         runner.release.set()
         texts = sorted(body["text"] for body in rig.replies.wait(2))

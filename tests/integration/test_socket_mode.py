@@ -157,7 +157,8 @@ def test_a_change_runs_once_and_slow_work_follows_up(
 
     slack.push(envelope("e-build", "build 580.95.05 4593.2.4", ADMIN, rig.replies.url()))
     assert slack.wait_ack("e-build")["payload"]["text"] == (
-        "Working on `build 580.95.05 4593.2.4`; I will answer here when it is done."
+        "Queued `build 580.95.05 4593.2.4`; I will answer here when it is done"
+        " (after the running build cycle, if there is one)."
     )
     [follow_up] = rig.replies.wait()
     [job] = rig.launcher.created
