@@ -129,6 +129,9 @@ class TargetState(enum.StrEnum):
     """Published, but for other arches than the plan now wants: built again."""
     FAILED = "failed"
     """A permanent failure or retries exhausted: waits for a human (``build --force``)."""
+    INCOMPATIBLE = "incompatible"
+    """NVIDIA's driver does not compile for the release's kernel (the recipe says so): never
+    retried; list the pair in ``nvidia.incompatible`` or wait for a driver that builds."""
 
 
 @dataclass(frozen=True)

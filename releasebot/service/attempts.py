@@ -23,7 +23,7 @@ answer means. Deliberately not here: which targets to launch and when
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -273,7 +273,8 @@ class Attempts:
         """End the target's attempt once every build of it is over (``lifecycle.settle``)."""
         builds = self._store.builds(tag=record.tag)
         now = self._clock()
-        outcome = lifecycle.settle(record, builds, now=now, rules=self._options)
+        others = _StoredTargets(self._store)  # read only when an attempt ends incompatible
+        outcome = lifecycle.settle(record, builds, now=now, rules=self._options, others=others)
         if isinstance(outcome, Publish):
             outcome = self._publish(outcome, now, report)
         if outcome is not None:
@@ -327,3 +328,13 @@ class Attempts:
             self._launcher.delete(job)
         except ReleasebotError as error:
             report.errors.append(str(error))
+
+
+class _StoredTargets:
+    """The store's targets, read from it only if iterated."""
+
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+
+    def __iter__(self) -> Iterator[TargetRecord]:
+        return iter(self._store.targets())

@@ -46,7 +46,7 @@ from releasebot.domain.lifecycle import (
 from releasebot.domain.models import TargetReason, TargetRecord, TargetState
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.targets import diff_targets
-from releasebot.domain.versions import Arch
+from releasebot.domain.versions import Arch, DriverVersion
 from tests.support.targets import make_target
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -81,6 +81,10 @@ def builds_of(target: TargetRecord, *states: BuildState, attempt: int = 1) -> li
             )
         )
     return result
+
+
+def dv(text: str) -> DriverVersion:
+    return DriverVersion.parse(text)
 
 
 def failed(build: BuildRecord, reason: FailureReason) -> BuildRecord:
@@ -413,6 +417,57 @@ def test_the_budget_counts_attempts_since_the_last_publish() -> None:
     change = settle(target, history, now=T0, rules=RULES)
     assert isinstance(change, Change)
     assert change.record.state is TargetState.RETRYING
+
+
+def test_a_driver_that_does_not_compile_is_incompatible_told_once_never_retried() -> None:
+    target = record(TargetState.BUILDING, attempts=1)
+    [build] = builds_of(target, BuildState.RUNNING)
+    history = [failed(build, FailureReason.INCOMPATIBLE)]
+    kernel = target.target.kernel
+    older = record(TargetState.PUBLISHED, flatcar="4593.2.5")
+    other = [
+        replace(
+            older,
+            target=replace(
+                older.target,
+                tag=f"{version}-x",
+                driver_version=dv(version),
+                driver_branch=version.split(".")[0],
+            ),
+        )
+        for version in ("570.195.03", "575.64.05")
+    ]
+    elsewhere = replace(other[1], target=replace(other[1].target, kernel="6.12.54"))
+    dropped = replace(
+        other[0],
+        required=False,
+        target=replace(
+            other[0].target, tag="x-dropped", driver_version=dv("579.1.1"), driver_branch="579"
+        ),
+    )
+    change = settle(
+        target, history, now=T0, rules=RULES, others=[other[0], elsewhere, dropped, target]
+    )
+    assert isinstance(change, Change)
+    assert change.record.state is TargetState.INCOMPATIBLE
+    assert change.record.next_attempt_at is None
+    assert (change.record.last_error or "").startswith("incompatible: amd64: Incompatible")
+    assert change.decision is not None
+    assert change.decision.action is Action.INCOMPATIBLE
+    assert change.event is not None
+    assert change.event.kind is EventKind.BUILD_INCOMPATIBLE
+    # The newest selected (required) branch published for the SAME kernel: 570, not 575.
+    assert other[0].target.kernel == kernel
+    assert change.event.payload["alternative_branch"] == "570"
+    assert change.event.payload["alternative_tag"] == "570.195.03-x"
+    assert not is_due(change.record, T0 + timedelta(days=30))  # never retried by itself
+    assert next_step(change.record, T0) is NextStep.HUMAN
+    nothing = settle(target, history, now=T0, rules=RULES)
+    assert isinstance(nothing, Change)
+    assert nothing.event is not None
+    assert nothing.event.payload["alternative_branch"] is None
+    # A person may still ask (a fixed recipe or driver): it gets a full budget.
+    assert hand_refusal(change.record, active=[], published=False, force=False) is None
 
 
 # -- failed -> building: a person asks ---------------------------------------------------------
