@@ -1,15 +1,12 @@
 """Retention: every registry tag releasebot deleted, with its digest and why.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Create Date: 2026-12-02
 
 ``retention_deletions`` keeps one row per deleted tag (tag, digest, Flatcar version,
 reason, how many signature/attestation manifests went with it, when). Rows are never
 deleted: the table is the record of what retention did.
-
-NOTE for the merge: written on top of 0004 so that it can be tested alone; its
-``down_revision`` becomes "0005" once 0005 is merged.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -187,7 +187,10 @@ class SlashCommandHandler:
         except RuntimeError:  # closed meanwhile
             self._slots.release()
             return ephemeral("I am shutting down; please try again in a minute.")
-        return ephemeral(f"Working on `{command}`; I will answer here when it is done.")
+        return ephemeral(
+            f"Queued `{command}`; I will answer here when it is done"
+            " (after the running build cycle, if there is one)."
+        )
 
     def _work(self, command: Command, request: SlashRequest) -> None:
         try:

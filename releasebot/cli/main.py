@@ -289,9 +289,13 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 def _deliver(settings: Settings, service: ReconcileService) -> None:
     """Tell Slack what the cycle did (CronJob mode has no other chance to)."""
-    from releasebot.wiring.slack import deliver_now, notification_service
+    from releasebot.wiring.slack import deliver_now, discard_now, notification_service
 
-    delivered = deliver_now(notification_service(settings, service.store))
+    notifications = notification_service(settings, service.store)
+    if notifications is None:  # nobody delivers: drop what an older releasebot queued
+        discard_now(service.store)
+        return
+    delivered = deliver_now(notifications)
     if delivered is not None and delivered.backlog:
         _error(f"{delivered.backlog} notification(s) wait for Slack; the next run sends them")
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from releasebot.builders import kaniko
 from releasebot.domain.errors import ConfigError, InvalidOptionError
 from releasebot.domain.fleet import FLUO_PREFIX, GATE_VERSION_ANNOTATION
-from releasebot.domain.policy import is_flatcar_channel
+from releasebot.domain.policy import IncompatiblePair, is_flatcar_channel
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch, is_driver_branch
 from releasebot.edge.retry import MAX_RETRIES
@@ -150,6 +150,17 @@ def branches(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
         if not is_driver_branch(branch):
             raise ConfigError(key, f"{branch!r} is not a driver branch (e.g. 580)")
     return tuple(dict.fromkeys(value))
+
+
+def incompatible_pairs(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    if len(value) > 100:
+        raise ConfigError(key, "lists more than 100 pairs")
+    for item in value:
+        try:
+            IncompatiblePair.parse(item)
+        except ValueError as error:
+            raise ConfigError(key, str(error)) from None
+    return tuple(dict.fromkeys(item.strip() for item in value))
 
 
 def branch_types(key: str, value: tuple[str, ...]) -> tuple[str, ...]:

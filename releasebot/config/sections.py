@@ -24,7 +24,7 @@ from releasebot.config.rules import Seconds, redact_url, setting
 from releasebot.domain.errors import ConfigError, InvalidOptionError
 from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, LIST_PAGE_SIZE
 from releasebot.domain.lifecycle import LifecycleRules
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
+from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, IncompatiblePair, Policy
 from releasebot.domain.retention import DEFAULT_AFTER, DEFAULT_MAX_DELETIONS
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch
@@ -65,6 +65,10 @@ class NvidiaSettings:
     branches: tuple[str, ...] = setting(("580",), rules.branches)
     branch_types: tuple[str, ...] = setting((), rules.branch_types)
     keep: int = setting(1, rules.keep)
+    incompatible: tuple[str, ...] = setting((), rules.incompatible_pairs)
+    """Known-bad ``DRIVER:KERNEL`` pairs (shell patterns, e.g. ``550.*:6.12.97*``): never
+    planned, with the reason shown by ``plan``. Empty by default: a pair that fails to
+    compile is found by its build (``incompatible``) and told once."""
 
 
 @dataclass(frozen=True)
@@ -348,6 +352,7 @@ class Settings:
                 branch_types=frozenset(self.nvidia.branch_types),
                 keep=self.nvidia.keep,
             ),
+            incompatible=tuple(IncompatiblePair.parse(pair) for pair in self.nvidia.incompatible),
         )
 
     def flatcar_feed_url(self, channel: str) -> str:

@@ -149,6 +149,9 @@ class FailureReason(enum.StrEnum):
     """The pushed image's labels name another driver, release or kernel than its tag."""
     INPUTS_UNAVAILABLE = "InputsUnavailable"
     """The recipe could not download its inputs (not published yet, or a server down)."""
+    INCOMPATIBLE = "Incompatible"
+    """NVIDIA's make failed for this (driver, kernel) pair: neither a blip nor a mistake,
+    so never retried (the recipe's ``incompatible:`` line says it)."""
 
     @property
     def transient(self) -> bool:
@@ -237,16 +240,21 @@ _PUSH_ERROR_MARKERS = ("error pushing image", "failed to push", "push retry")
 # inputs not published yet or a server down are worth another attempt; a tampered file,
 # a foreign signature or a runfile that is gone are not.
 _INPUT_MARKERS = ("waiting: ", "unavailable: ")
+INCOMPATIBLE_MARKER = "incompatible: "
+"""The line start build-modules writes when NVIDIA's make fails for the (driver, kernel)."""
 
 
 def classify_exit(log_tail: str | None) -> FailureReason:
-    """A non-zero Kaniko exit: a failed push or inputs not there yet (transient), or a
-    failed build (needs a human: the log tail says why)."""
+    """A non-zero Kaniko exit: a failed push or inputs not there yet (transient), a driver
+    that does not compile for the kernel (incompatible), or a failed build (needs a human:
+    the log tail says why)."""
     text = (log_tail or "").lower()
     if any(marker in text for marker in _PUSH_ERROR_MARKERS):
         return FailureReason.PUSH_FAILED
     if any(f"\n{marker}" in f"\n{text}" for marker in _INPUT_MARKERS):
         return FailureReason.INPUTS_UNAVAILABLE
+    if f"\n{INCOMPATIBLE_MARKER}" in f"\n{text}":
+        return FailureReason.INCOMPATIBLE
     return FailureReason.EXIT_CODE
 
 

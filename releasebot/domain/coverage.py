@@ -56,6 +56,7 @@ _BY_STATE = {
     TargetState.BUILDING: Verdict.BUILDING,
     TargetState.RETRYING: Verdict.BUILDING,
     TargetState.FAILED: Verdict.FAILED,
+    TargetState.INCOMPATIBLE: Verdict.FAILED,  # it will not build: as bad for the node
     TargetState.UNKNOWN: Verdict.MISSING,
     TargetState.MISSING: Verdict.MISSING,
     TargetState.WAITING: Verdict.MISSING,

@@ -29,6 +29,7 @@ class Action(enum.StrEnum):
     BUILD_FAILED = "build failed"
     RETRYING = "retrying"
     FAILED = "failed"
+    INCOMPATIBLE = "incompatible"
     INDEX_POSTPONED = "index postponed"
     SIGNING_POSTPONED = "signing postponed"
 

@@ -29,6 +29,8 @@ class EventKind(enum.StrEnum):
     BUILD_FAILED = "build_failed"
     """A permanent failure: waits for a human."""
     RETRIES_EXHAUSTED = "retries_exhausted"
+    BUILD_INCOMPATIBLE = "build_incompatible"
+    """NVIDIA's driver does not compile for the kernel: told once, never retried."""
     FEED_FAILING = "feed_failing"
     """A feed has failed for longer than the configured threshold."""
     FEED_RECOVERED = "feed_recovered"
@@ -95,16 +97,20 @@ def build_event(
     error: str | None = None,
     *,
     signed_by: str | None = None,
+    alternative: TargetRecord | None = None,
 ) -> Event:
     """An event about ``record``'s current attempt, with what a chat message needs to show:
     the one payload shape of a build's events (``notify.render`` reads it). ``signed_by``
-    is the fingerprint of the key whose signature was verified before publishing."""
+    is the fingerprint of the key whose signature was verified before publishing;
+    ``alternative`` (incompatible only) the newest published target of another selected
+    branch on the same kernel."""
     target = record.target
     failed = [build for build in builds if build.state is BuildState.FAILED]
     payload: dict[str, str | int | list[str] | None] = {
         "tag": target.tag,
         "attempt": record.attempts,
-        "max_attempts": max_attempts,
+        # The last attempt the current budget allows (a person's retry starts a new one).
+        "max_attempts": record.budget_start + max_attempts,
         "driver_version": target.driver_version.text,
         "flatcar_version": target.flatcar_version.text,
         "flatcar_channel": target.flatcar_channel,
@@ -123,4 +129,10 @@ def build_event(
         else record.next_attempt_at.isoformat(),
         "signed_by": signed_by,
     }
+    if kind is EventKind.BUILD_INCOMPATIBLE:
+        # The newest selected driver that did build for this kernel, if any: what to use.
+        payload["alternative_branch"] = (
+            None if alternative is None else alternative.target.driver_branch
+        )
+        payload["alternative_tag"] = None if alternative is None else alternative.tag
     return Event(kind, build_key(record.tag, record.attempts), record.tag, now, payload)

@@ -19,9 +19,11 @@ decisions (one transaction each) and keeps the order. The cycle, ``/releasebot p
     settle             building, every arch verified       -> published (index if multi-arch)
                        building, transient, budget left    -> retrying
                        building, permanent or budget spent -> failed
+                       building, driver does not compile   -> incompatible (told once)
     unsigned           building, signing failed for good   -> failed (never published unsigned)
     hand_refusal       a person's build or retry           -> building (not while building,
-                                                              nor published without --force)
+                                                              nor published without --force),
+                                                              with a full retry budget
 
 A new input to a decision is a new argument of the function that makes it, never a copy of
 the rule elsewhere (``launch_order`` takes the tags nodes wait for at the reboot gate).
@@ -40,6 +42,7 @@ from releasebot.domain.builds import (
     BuildRecord,
     BuildRequest,
     BuildState,
+    FailureReason,
     describe_build,
     retry_delay,
 )
@@ -220,9 +223,11 @@ def start_attempt(
     reused: Mapping[Arch, str],
     now: datetime,
     rules: LifecycleRules,
+    by_hand: bool = False,
 ) -> Attempt:
     """The next attempt of ``record``, one build per request; an arch whose image already
-    exists (``reused``: its digest) is a build that succeeded without a Job."""
+    exists (``reused``: its digest) is a build that succeeded without a Job. ``by_hand``:
+    a person asked for it (``build``, ``retry``), so it starts a full retry budget."""
     builds = tuple(
         BuildRecord(
             tag=record.tag,
@@ -243,6 +248,7 @@ def start_attempt(
         attempts=record.attempts + 1,
         next_attempt_at=None,
         updated_at=now,
+        budget_start=record.attempts if by_hand else record.budget_start,
     )
     return Attempt(
         building,
@@ -282,13 +288,20 @@ class Publish:
 
 
 def settle(
-    record: TargetRecord, builds: Sequence[BuildRecord], *, now: datetime, rules: LifecycleRules
+    record: TargetRecord,
+    builds: Sequence[BuildRecord],
+    *,
+    now: datetime,
+    rules: LifecycleRules,
+    others: Iterable[TargetRecord] = (),
 ) -> Change | Publish | None:
     """What the end of the current attempt means; ``None`` while a build of it is active.
 
     ``builds`` are all of the target's builds (the retry budget counts the attempts since the
-    last one that published). A failed arch fails the attempt: retried when every failure is
-    transient and the budget allows, else handed to a human.
+    last one that published). A failed arch fails the attempt: incompatible when the recipe
+    said the driver does not compile for the kernel (never retried; ``others``, the stored
+    targets, name the newest selected branch that did build for it), retried when every
+    failure is transient and the budget allows, else handed to a human.
     """
     current = tuple(build for build in builds if build.attempt == record.attempts)
     if not current or any(build.state.active for build in current):
@@ -298,6 +311,8 @@ def settle(
         digests = tuple((b.arch, b.digest) for b in current if b.digest is not None)
         return Publish(record, current, digests)
     summary = "; ".join(f"{build.arch.value}: {describe_build(build)}" for build in failed)
+    if any(build.reason is FailureReason.INCOMPATIBLE for build in failed):
+        return _incompatible(record, current, summary, alternative_for(record, others), now, rules)
     transient = all(build.reason is not None and build.reason.transient for build in failed)
     if transient and failed_streak(record, builds) < rules.max_attempts:
         delay = retry_delay(record.attempts, base=rules.retry_base, cap=rules.retry_cap)
@@ -325,6 +340,50 @@ def settle(
     kind = EventKind.RETRIES_EXHAUSTED if transient else EventKind.BUILD_FAILED
     event = build_event(kind, given_up, now, current, rules.max_attempts, summary)
     return Change(given_up, Decision(Action.FAILED, record.tag, why + summary), event)
+
+
+def alternative_for(record: TargetRecord, others: Iterable[TargetRecord]) -> TargetRecord | None:
+    """The newest selected driver of another branch that DID build for ``record``'s kernel:
+    a published target the plan requires, on the same kernel; ``None`` if there is none."""
+    kernel, branch = record.target.kernel, record.target.driver_branch
+    built = [
+        other
+        for other in others
+        if other.state is TargetState.PUBLISHED
+        and other.required
+        and other.target.kernel == kernel
+        and other.target.driver_branch != branch
+    ]
+    return max(built, key=lambda other: other.target.driver_version, default=None)
+
+
+def _incompatible(
+    record: TargetRecord,
+    current: Sequence[BuildRecord],
+    summary: str,
+    alternative: TargetRecord | None,
+    now: datetime,
+    rules: LifecycleRules,
+) -> Change:
+    why = f"incompatible: {summary}"
+    given_up = replace(
+        record,
+        state=TargetState.INCOMPATIBLE,
+        next_attempt_at=None,
+        last_error=why,
+        updated_at=now,
+    )
+    event = build_event(
+        EventKind.BUILD_INCOMPATIBLE,
+        given_up,
+        now,
+        current,
+        rules.max_attempts,
+        summary,
+        alternative=alternative,
+    )
+    instead = "" if alternative is None else f" (branch {alternative.target.driver_branch} builds)"
+    return Change(given_up, Decision(Action.INCOMPATIBLE, record.tag, why + instead), event)
 
 
 def published(
@@ -368,8 +427,9 @@ def _refused(publish: Publish, why: str, now: datetime, rules: LifecycleRules) -
 
 
 def failed_streak(record: TargetRecord, builds: Iterable[BuildRecord]) -> int:
-    """Attempts since the last one that published: the retry budget counts these, so a
-    forced rebuild or a vanished tag starts with a full budget."""
+    """Attempts since the last one that published or the last a person asked for (the
+    ``budget_start``): the retry budget counts these, so a forced rebuild, a vanished tag
+    and a person's build or retry after the budget was spent start with a full budget."""
     by_attempt: dict[int, list[BuildRecord]] = {}
     for build in builds:
         by_attempt.setdefault(build.attempt, []).append(build)
@@ -378,7 +438,7 @@ def failed_streak(record: TargetRecord, builds: Iterable[BuildRecord]) -> int:
         for attempt, attempt_builds in by_attempt.items()
         if all(build.state is BuildState.SUCCEEDED for build in attempt_builds)
     ]
-    return record.attempts - max(succeeded, default=0)
+    return record.attempts - max(max(succeeded, default=0), record.budget_start)
 
 
 # -- how a target stands, for people ---------------------------------------------------------
@@ -414,6 +474,7 @@ _NEXT = {
     TargetState.WAITING: NextStep.WAIT,
     TargetState.BUILDING: NextStep.FOLLOW,
     TargetState.FAILED: NextStep.HUMAN,
+    TargetState.INCOMPATIBLE: NextStep.HUMAN,
     TargetState.MISSING: NextStep.BUILD,
     TargetState.STALE: NextStep.BUILD,
 }

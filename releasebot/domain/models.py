@@ -129,6 +129,9 @@ class TargetState(enum.StrEnum):
     """Published, but for other arches than the plan now wants: built again."""
     FAILED = "failed"
     """A permanent failure or retries exhausted: waits for a human (``build --force``)."""
+    INCOMPATIBLE = "incompatible"
+    """NVIDIA's driver does not compile for the release's kernel (the recipe says so): never
+    retried; list the pair in ``nvidia.incompatible`` or wait for a driver that builds."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,9 @@ class TargetRecord:
     next_attempt_at: datetime | None = None
     last_error: str | None = None
     published_at: datetime | None = None
+    budget_start: int = 0
+    """Attempts made before the current retry budget began: a person's build or retry
+    starts a full budget (``lifecycle.failed_streak`` counts from here or the last publish)."""
 
     @property
     def tag(self) -> str:

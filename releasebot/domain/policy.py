@@ -8,8 +8,9 @@ registry or at time: the same inputs always give the same plan.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, TargetReason
 from releasebot.domain.versions import Arch
@@ -39,10 +40,46 @@ class DriverPolicy:
     keep: int
 
 
+_PAIR_PATTERN = re.compile(r"[0-9A-Za-z.*?_+-]{1,64}")
+
+
+@dataclass(frozen=True)
+class IncompatiblePair:
+    """A (driver, kernel) pair the operator knows does not build (``nvidia.incompatible``):
+    shell-style patterns matched against the driver version and the Flatcar release's
+    kernel (``6.12.97`` or ``6.12.97-flatcar``), e.g. ``550.*`` and ``6.12.97*``."""
+
+    driver: str
+    kernel: str
+
+    @classmethod
+    def parse(cls, text: str) -> IncompatiblePair:
+        """``DRIVER:KERNEL``; ``ValueError`` naming what is wrong."""
+        driver, colon, kernel = text.strip().partition(":")
+        for part in (driver, kernel):
+            if not colon or _PAIR_PATTERN.fullmatch(part) is None:
+                raise ValueError(
+                    f"{text!r} is not DRIVER:KERNEL (shell patterns of letters, digits and"
+                    " . * ? _ + -, e.g. '550.*:6.12.97*')"
+                )
+        return cls(driver, kernel)
+
+    def matches(self, target: Target) -> bool:
+        kernels = (target.kernel, target.kernel_release)
+        return fnmatchcase(target.driver_version.text, self.driver) and any(
+            fnmatchcase(kernel, self.kernel) for kernel in kernels
+        )
+
+    def __str__(self) -> str:
+        return f"{self.driver}:{self.kernel}"
+
+
 @dataclass(frozen=True)
 class Policy:
     flatcar: FlatcarPolicy
     drivers: DriverPolicy
+    incompatible: tuple[IncompatiblePair, ...] = ()
+    """Pairs never planned, whatever asks for them (the channel policy or the fleet)."""
 
 
 def select_flatcar_releases(
@@ -98,3 +135,22 @@ def plan_targets(
             if arches:
                 targets.append(Target.of(driver, release, arches, _CHANNEL))
     return targets
+
+
+def skip_incompatible(
+    targets: Iterable[Target], pairs: Sequence[IncompatiblePair]
+) -> tuple[list[Target], list[str]]:
+    """``targets`` without the known-incompatible pairs, and one line per target skipped
+    saying why (``plan`` shows them as warnings)."""
+    kept: list[Target] = []
+    skipped: list[str] = []
+    for target in targets:
+        pair = next((pair for pair in pairs if pair.matches(target)), None)
+        if pair is None:
+            kept.append(target)
+            continue
+        skipped.append(
+            f"{target.tag} skipped: NVIDIA {target.driver_version.text} does not build for"
+            f" kernel {target.kernel} (nvidia.incompatible lists {str(pair)!r})"
+        )
+    return kept, skipped

@@ -16,10 +16,12 @@ The algorithm is client-go's ``leaderelection`` with a Lease lock, synchronous a
   take over.
 
 Every call has the client's bounded timeout and is tried once: the runner calls ``ensure``
-again a third of a lease later. lightkube and httpx2 errors are translated into
-``ClusterUnavailableError``/``ClusterRejectedError`` (``edge.kube``). Deliberately not
-here: watching the Lease, the database guard (``store.lock``), and what a leader does
-(``service.runner``).
+again a third of a lease later on the leader, and every ``RunnerOptions.follow_every``
+(a fifteenth of the lease) on a follower, which bounds how late a follower sees the last
+renewal and notices the lapse (the takeover bound in ``docs/architecture.md``). lightkube
+and httpx2 errors are translated into ``ClusterUnavailableError``/``ClusterRejectedError``
+(``edge.kube``). Deliberately not here: watching the Lease, the database guard
+(``store.lock``), and what a leader does (``service.runner``).
 """
 
 from __future__ import annotations
@@ -89,12 +91,16 @@ class KubernetesLeaseElector:
         return renewed is not None and self._monotonic() - renewed < self._renew_deadline
 
     def ensure(self) -> bool:
+        # The renewal counts from before the round: the API server wrote renewTime after
+        # this moment, so a follower (which counts from when it saw that write) can never
+        # take over while this replica still calls itself the leader.
+        started = self._monotonic()
         try:
             leader = self._try()
         except ReleasebotError:
             self._announce(self.is_leader, "could not renew the lease in time")
             raise
-        self._renewed_at = self._monotonic() if leader else None
+        self._renewed_at = started if leader else None
         self._announce(leader, "another replica holds the lease")
         return leader
 

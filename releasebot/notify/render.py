@@ -10,7 +10,8 @@ Payload keys read (all optional; what is missing is left out): builds (``reconci
 ``driver_version``, ``flatcar_version``, ``flatcar_channel``, ``kernel_release``,
 ``arches``, ``jobs``, ``attempt``, ``max_attempts``, ``digest``, ``arch_digests``
 (``"amd64 sha256:…"``), ``error``, ``log_tail``, ``next_attempt_at`` (ISO 8601),
-``signed_by`` (the key fingerprint, only once the signature was verified); feeds
+``signed_by`` (the key fingerprint, only once the signature was verified),
+``alternative_branch``/``alternative_tag`` (incompatible: what builds for the kernel); feeds
 ``error``, ``failing_since`` (ISO 8601), ``consecutive_failures``; the fleet
 ``flatcar_version``, ``running``/``pending`` (node names) and their ``*_count``,
 ``images`` (``"<tag> <verdict>"``), ``error``, ``exposed_since``/``failing_since``;
@@ -62,6 +63,7 @@ _HEADLINES = {
     EventKind.BUILD_RETRYING: ":repeat: Retrying",
     EventKind.BUILD_FAILED: ":x: Build failed:",
     EventKind.RETRIES_EXHAUSTED: ":x: Retries exhausted:",
+    EventKind.BUILD_INCOMPATIBLE: ":no_entry: Driver does not build for this kernel:",
     EventKind.FEED_FAILING: ":warning: Feed failing:",
     EventKind.FEED_RECOVERED: ":white_check_mark: Feed recovered:",
     EventKind.FLEET_EXPOSED: ":rotating_light: No driver image:",
@@ -122,6 +124,7 @@ def _build_message(
         EventKind.BUILD_RETRYING,
         EventKind.BUILD_FAILED,
         EventKind.RETRIES_EXHAUSTED,
+        EventKind.BUILD_INCOMPATIBLE,
     ):
         blocks.append(_section("*Last log lines*\n" + _log_block(log, LOG_LINES_MESSAGE)))
     if last.kind in (EventKind.BUILD_FAILED, EventKind.RETRIES_EXHAUSTED):
@@ -154,7 +157,29 @@ def _status_lines(event: Event, state: Mapping[str, object], repository: str) ->
     if kind is EventKind.RETRIES_EXHAUSTED:
         tried = f"All {most} attempts" if most else "Every attempt"
         return [f"*{tried} failed.* Last: {reason}"]
+    if kind is EventKind.BUILD_INCOMPATIBLE:
+        return _incompatible_lines(event.subject, state)
     return _feed_lines(event, state)
+
+
+def _incompatible_lines(tag: str, state: Mapping[str, object]) -> list[str]:
+    """NVIDIA's make failed for the pair: what builds instead, and how to stop trying."""
+    driver, kernel = _text(state, "driver_version"), _text(state, "kernel_release")
+    pair = f"NVIDIA {_escape(driver or '?')} does not compile for kernel {_escape(kernel or '?')}"
+    lines = [f"*{pair}*; not retried."]
+    branch, built = _text(state, "alternative_branch"), _text(state, "alternative_tag")
+    if branch and built:
+        lines.append(
+            f"*Builds for this kernel:* branch {_escape(branch)} (`{_escape(built)}` is published)"
+        )
+    else:
+        lines.append("*Builds for this kernel:* no other selected branch so far")
+    lines.append(
+        "*What to do next:* use another branch for these nodes, or list the pair in"
+        " `nvidia.incompatible` so the plan skips it; once a fixed driver or recipe is out,"
+        f" `/releasebot retry {_escape(tag)}`."
+    )
+    return lines
 
 
 def _published_lines(tag: str, state: Mapping[str, object], repository: str) -> list[str]:
@@ -230,6 +255,11 @@ def _summary(event: Event, state: Mapping[str, object], repository: str) -> str:
         text = f"Build failed: {subject}: {reason}. {retry}"
     elif kind is EventKind.RETRIES_EXHAUSTED:
         text = f"Retries exhausted: {subject}: {reason}. {retry}"
+    elif kind is EventKind.BUILD_INCOMPATIBLE:
+        driver, kernel = _text(state, "driver_version"), _text(state, "kernel_release")
+        branch = _text(state, "alternative_branch")
+        text = f"Incompatible: {subject}: NVIDIA {driver} does not compile for kernel {kernel}"
+        text += f"; branch {branch} builds for it" if branch else "; no other selected branch does"
     elif kind is EventKind.FEED_FAILING:
         error = _text(state, "error")
         text = f"Feed {subject} failing" + (f": {_cut(error, REASON_MAX_CHARS)}" if error else "")

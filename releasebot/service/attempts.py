@@ -23,7 +23,7 @@ answer means. Deliberately not here: which targets to launch and when
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -149,7 +149,9 @@ class Attempts:
     def render(self, requests: list[BuildRequest]) -> list[dict[str, Any]]:
         return [self._launcher.render(request) for request in requests]
 
-    def launch(self, record: TargetRecord, tags: set[str], report: CycleReport) -> int:
+    def launch(
+        self, record: TargetRecord, tags: set[str], report: CycleReport, *, by_hand: bool = False
+    ) -> int:
         """Start the next attempt of ``record``: one Job per arch; returns Jobs started.
 
         A multi-arch target whose per-arch tag already exists (a crash after its push, or
@@ -167,7 +169,7 @@ class Attempts:
             if (digest := self._reusable_digest(record.target, arch, tags)) is not None
         }
         attempt = lifecycle.start_attempt(
-            record, requests, reused=reused, now=self._clock(), rules=self._options
+            record, requests, reused=reused, now=self._clock(), rules=self._options, by_hand=by_hand
         )
         # Committed BEFORE any Job exists: a crash from here on is repaired by `follow`.
         self._store.save(targets=[attempt.record], builds=attempt.builds, events=[attempt.event])
@@ -271,7 +273,8 @@ class Attempts:
         """End the target's attempt once every build of it is over (``lifecycle.settle``)."""
         builds = self._store.builds(tag=record.tag)
         now = self._clock()
-        outcome = lifecycle.settle(record, builds, now=now, rules=self._options)
+        others = _StoredTargets(self._store)  # read only when an attempt ends incompatible
+        outcome = lifecycle.settle(record, builds, now=now, rules=self._options, others=others)
         if isinstance(outcome, Publish):
             outcome = self._publish(outcome, now, report)
         if outcome is not None:
@@ -325,3 +328,13 @@ class Attempts:
             self._launcher.delete(job)
         except ReleasebotError as error:
             report.errors.append(str(error))
+
+
+class _StoredTargets:
+    """The store's targets, read from it only if iterated."""
+
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+
+    def __iter__(self) -> Iterator[TargetRecord]:
+        return iter(self._store.targets())

@@ -213,7 +213,14 @@ class CommandService:
                     f"Not started: {_escape(str(error))} "
                     "(a forced rebuild is only offered by the `releasebot build` CLI)."
                 )
-        return message(*_launched(report, _who(user)), in_channel=True)
+        lines = _launched(report, _who(user))
+        if any(decision.action.starts_build for decision in report.decisions):
+            most = self._reconciler.rules.max_attempts
+            lines.append(
+                f"A build or retry asked for by a person gets the full retry budget: up to"
+                f" {_count(most, 'attempt')} if builds fail for a passing reason."
+            )
+        return message(*lines, in_channel=True)
 
     def _pause(self, command: Command, user: str) -> Payload:
         if self._store.flag(PAUSED_FLAG) is not None:

@@ -33,7 +33,7 @@ from releasebot.domain.models import (
     Target,
     TargetRecord,
 )
-from releasebot.domain.policy import Policy, plan_targets, select_drivers
+from releasebot.domain.policy import Policy, plan_targets, select_drivers, skip_incompatible
 from releasebot.domain.ports import (
     DriverFeedParser,
     FeedFetcher,
@@ -258,6 +258,8 @@ class PlanService:
             if fleet is not None:
                 planned = list(fleet.targets)
                 warnings += fleet.warnings
+        planned, skipped = skip_incompatible(planned, self._policy.incompatible)
+        warnings += skipped
         targets = self._store.sync_targets(planned, self._clock())
         return PlanResult(targets, outcomes, warnings, snapshot, fleet)
 

@@ -241,4 +241,4 @@ class ReconcileService:
         if self._dry_run:
             report.manifests += self._attempts.render(self._attempts.requests(record))
             return
-        self._attempts.launch(record, tags, report)
+        self._attempts.launch(record, tags, report, by_hand=True)

@@ -5,6 +5,9 @@ threads, so a long cycle never delays a lease renewal:
 
 - ``lead`` every third of the lease: acquire or renew the leadership; on a change call
   ``on_lead_start``/``on_lead_stop`` (Socket Mode connects only on the leader);
+- ``follow`` every ``follow_every`` (a fifteenth of the lease, 1 s at least), on a
+  follower only: read the Lease, so a lapsed one is noticed soon after it lapsed (the
+  takeover bound in ``docs/architecture.md`` rests on this period, not on the renewal's);
 - ``cycle`` every ``interval`` plus up to ``jitter``: ``tick()``;
 - ``deliver`` every ``deliver_every``: the notification delivery callable, leader only;
 - ``retention`` (only when given) every ``retention_check_every``: ``retain()``, which
@@ -98,6 +101,15 @@ class RunnerOptions:
     long after the start, once the first cycle has read the feeds and the fleet."""
 
     @property
+    def follow_every(self) -> timedelta:
+        """How often a follower reads the Lease: a fifteenth of it (2 s for the default 30 s,
+        client-go's retry period for its 15 s), at least 1 s (one GET a second at most), at
+        most the renewal period. A follower sees a renewal at most this late and notices a
+        lapsed lease at most this late, so it takes over within ``lease + 2 * follow_every``
+        of the last renewal, plus scheduling delays (``docs/architecture.md``)."""
+        return min(self.lease / 3, max(timedelta(seconds=1), self.lease / 15))
+
+    @property
     def stale_after(self) -> timedelta:
         """A leader whose last cycle is older than this is not ready: two missed cycles."""
         return self.interval * 2 + self.jitter + timedelta(seconds=60)
@@ -169,6 +181,7 @@ class Runner:
         renew = options.lease / 3
         jobs: list[tuple[str, Callable[[], object], timedelta, timedelta]] = [
             ("lead", self.lead, renew, timedelta()),
+            ("follow", self.follow, options.follow_every, timedelta()),
             ("cycle", self.tick, options.interval, options.jitter),
             ("deliver", self.deliver, options.deliver_every, timedelta()),
         ]
@@ -228,6 +241,13 @@ class Runner:
                 log.warning("leader election failed: %s", error)
             self._set_leading(self._elector.is_leader)
             return self._leading
+
+    def follow(self) -> bool:
+        """On a follower, one more look at the Lease (``lead``); the leader renews on its
+        own period and is left alone."""
+        if self._elector.is_leader:
+            return True
+        return self.lead()
 
     def tick(self) -> str:
         """One scheduled cycle; returns what happened (for tests and the log):

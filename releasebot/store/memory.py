@@ -74,7 +74,8 @@ class _Row:
 class MemoryStateStore:
     """The state store in memory; every instance starts empty."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_events: bool = True) -> None:
+        self._keep_events = keep_events  # as SqlStateStore's: False drops every event
         self._lock = threading.Lock()
         self._feeds: dict[str, FeedState] = {}
         self._flatcar: dict[str, FlatcarRelease] = {}
@@ -211,7 +212,7 @@ class MemoryStateStore:
         events: Sequence[Event] = (),
     ) -> None:
         # Everything is checked before anything is written: one transaction, as in SQL.
-        stored = _as_stored(events)
+        stored = _as_stored(events if self._keep_events else ())
         with self._lock:
             for build in builds:
                 if build.tag not in self._targets:
@@ -228,6 +229,7 @@ class MemoryStateStore:
                     state=record.state,
                     digest=record.digest,
                     attempts=record.attempts,
+                    budget_start=record.budget_start,
                     next_attempt_at=_utc_or_none(record.next_attempt_at),
                     last_error=None if record.last_error is None else fit_error(record.last_error),
                     published_at=_utc_or_none(record.published_at),
@@ -297,7 +299,7 @@ class MemoryStateStore:
         self, name: str, value: str | None, now: datetime, events: Sequence[Event] = ()
     ) -> None:
         _utc(now)
-        stored = _as_stored(events)
+        stored = _as_stored(events if self._keep_events else ())
         with self._lock:
             if value is None:
                 self._flags.pop(name, None)

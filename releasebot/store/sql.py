@@ -64,10 +64,14 @@ BuildKey = tuple[str, str, int]
 
 
 class SqlStateStore:
-    """The state store in a relational database; build the engine with ``make_engine``."""
+    """The state store in a relational database; build the engine with ``make_engine``.
 
-    def __init__(self, engine: Engine) -> None:
+    ``keep_events=False``: events are not written to the outbox (no notifier is configured,
+    so nobody would ever deliver them; they would only pile up and alarm)."""
+
+    def __init__(self, engine: Engine, *, keep_events: bool = True) -> None:
         self._engine = engine
+        self._keep_events = keep_events
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._transaction() as conn:
@@ -226,7 +230,7 @@ class SqlStateStore:
                 ("tag", "arch", "attempt"),
                 [r for r, k in zip(rows, keys, strict=True) if k in existing],
             )
-            outbox.insert_events(conn, events)
+            outbox.insert_events(conn, events if self._keep_events else ())
 
     # -- the outbox, message refs and flags (statements in outbox.py) ------------------
 
@@ -265,7 +269,7 @@ class SqlStateStore:
     ) -> None:
         with self._transaction(write=True) as conn:
             outbox.set_flag(conn, name, value, now)
-            outbox.insert_events(conn, events)
+            outbox.insert_events(conn, events if self._keep_events else ())
 
     # -- fleet history (statements in fleet.py) ----------------------------------------
 
@@ -492,6 +496,7 @@ def _target_values(record: TargetRecord) -> Values:
         "next_attempt_at": record.next_attempt_at,
         "last_error": record.last_error,
         "published_at": record.published_at,
+        "budget_start": record.budget_start,
     }
 
 
@@ -522,6 +527,7 @@ def _target_record(row: Row[Any]) -> TargetRecord:
         next_attempt_at=row.next_attempt_at,
         last_error=row.last_error,
         published_at=row.published_at,
+        budget_start=row.budget_start,
     )
 
 
@@ -539,6 +545,7 @@ def _target_status(record: TargetRecord) -> Values:
         "last_error": None if record.last_error is None else fit_error(record.last_error),
         "published_at": record.published_at,
         "updated_at": record.updated_at,
+        "budget_start": record.budget_start,
     }
 
 

@@ -188,6 +188,8 @@ targets = Table(
     Column("next_attempt_at", UtcDateTime),
     Column("last_error", Text),
     Column("published_at", UtcDateTime),
+    # Attempts made before the current retry budget began (a person's build or retry).
+    Column("budget_start", Integer, nullable=False, server_default="0"),
 )
 
 builds = Table(

@@ -53,29 +53,37 @@ def open_engine(url: str) -> Iterator[Engine]:
         engine.dispose()
 
 
-def migrated_store(engine: Engine) -> SqlStateStore:
+def migrated_store(engine: Engine, *, keep_events: bool = True) -> SqlStateStore:
     """The store on ``engine``, migrated to the newest schema first if it is behind."""
     if not migrate.is_at_head(engine):
         migrate.upgrade(engine)
-    return SqlStateStore(engine)
+    return SqlStateStore(engine, keep_events=keep_events)
 
 
 @contextmanager
-def open_store(url: str, *, upgrade: bool = True) -> Iterator[SqlStateStore]:
+def open_store(
+    url: str, *, upgrade: bool = True, keep_events: bool = True
+) -> Iterator[SqlStateStore]:
     """Open the state store at ``url``; migrate it to the newest schema first if asked."""
     with open_engine(url) as engine:
-        yield migrated_store(engine) if upgrade else SqlStateStore(engine)
+        yield (
+            migrated_store(engine, keep_events=keep_events)
+            if upgrade
+            else SqlStateStore(engine, keep_events=keep_events)
+        )
 
 
 @contextmanager
-def _store_for(url: str, *, dry_run: bool, engine: Engine | None = None) -> Iterator[StateStore]:
+def _store_for(
+    url: str, *, dry_run: bool, engine: Engine | None = None, keep_events: bool = True
+) -> Iterator[StateStore]:
     """The store at ``url`` (on ``engine`` when one is given); for a dry run read-only, and
-    empty if it does not exist yet."""
+    empty if it does not exist yet. ``keep_events``: whether anyone delivers the outbox."""
     if not dry_run:
         if engine is not None:
-            yield migrated_store(engine)
+            yield migrated_store(engine, keep_events=keep_events)
             return
-        with open_store(url) as store:
+        with open_store(url, keep_events=keep_events) as store:
             yield store
         return
     if _missing_sqlite_file(url):  # do not even create the file
@@ -191,7 +199,10 @@ def plan_service(
     url = settings.database.url
     with (
         client,
-        _store_for(url, dry_run=dry_run, engine=engine) as store,
+        # Events only when Slack delivers them: with Slack off nobody ever would.
+        _store_for(
+            url, dry_run=dry_run, engine=engine, keep_events=settings.slack.enabled
+        ) as store,
         fleet_service(settings, store, dry_run=dry_run, gate=gate, source=fleet_source) as fleet,
     ):
         flatcar, nvidia = feed_specs(settings)

@@ -11,10 +11,12 @@ shares a half-used client with a running cycle.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import astuple
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
@@ -22,7 +24,11 @@ from sqlalchemy import Engine
 from releasebot.config import Settings
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
-from releasebot.service.notifications import DeliveryReport, NotificationService
+from releasebot.service.notifications import (
+    DeliveryReport,
+    NotificationService,
+    discard_undeliverable,
+)
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring.core import reconcile_service, utc_now
 from releasebot.wiring.guard import SharedGuard
@@ -62,6 +68,30 @@ def deliver_guarded(guard: SharedGuard, service: NotificationService | None) -> 
             deliver_now(service)
 
 
+def discard_guarded(guard: SharedGuard, store: StateStore) -> Callable[[], None]:
+    """The delivery round without a notifier: once, under the guard, drop the events an
+    older releasebot queued with Slack off (this one queues none then)."""
+    done: list[bool] = []
+
+    def round_() -> None:
+        if done:
+            return
+        with guard.hold() as held:
+            if held:
+                discard_now(store)
+                done.append(True)
+
+    return round_
+
+
+def discard_now(store: StateStore) -> None:
+    """``discard_undeliverable`` now; a store problem is logged (the next round retries)."""
+    try:
+        discard_undeliverable(store, utc_now())
+    except ReleasebotError as error:
+        log.warning("could not clear the notifications nobody delivers: %s", error)
+
+
 def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
     """One delivery round; a Slack problem is logged, never raised (builds never wait)."""
     if service is None:
@@ -75,24 +105,58 @@ def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
 
 class GuardedCommands:
     """Runs the commands that write (plan, missing, build, retry) under the cycle guard, so
-    a command on any replica never writes while a cycle does; when a cycle holds the guard
-    the person is asked to try again in a moment."""
+    a command on any replica never writes while a cycle does. While a cycle holds the guard
+    the command waits for it (the person was told "queued" at once; these commands run in
+    the handler's background pool and answer through the ``response_url``), up to ``wait``:
+    a cycle still running then is answered with "not run", never left hanging."""
 
     WRITING = frozenset({"plan", "missing", "build", "retry"})
 
-    def __init__(self, inner: CommandService, guard: SharedGuard) -> None:
+    def __init__(
+        self,
+        inner: CommandService,
+        guard: SharedGuard,
+        *,
+        wait: timedelta = timedelta(minutes=10),
+        poll: timedelta = timedelta(seconds=1),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._inner = inner
         self._guard = guard
+        self._wait = wait
+        """Slack takes answers on a ``response_url`` for 30 minutes; a cycle takes minutes."""
+        self._poll = poll.total_seconds()
+        self._monotonic = monotonic
+        self._closing = threading.Event()
 
     def run(self, command: Command, user: str) -> Payload:
         if command.verb.value not in self.WRITING:
             return self._inner.run(command, user)
-        with self._guard.hold() as held:
-            if not held:
-                from releasebot.chat.slack import ephemeral
+        from releasebot.chat.slack import ephemeral
 
-                return ephemeral("A build cycle is running right now; try again in a minute.")
-            return self._inner.run(command, user)
+        deadline = self._monotonic() + self._wait.total_seconds()
+        while True:
+            with self._guard.hold() as held:
+                if held:
+                    return self._inner.run(command, user)
+            if self._monotonic() >= deadline:
+                return ephemeral(
+                    f"`{command}` was not run: a build cycle has been running for more than"
+                    f" {_minutes(self._wait)}. Ask again once it is over."
+                )
+            if self._closing.wait(self._poll):
+                return ephemeral(f"`{command}` was not run: releasebot is shutting down.")
+
+    def close(self) -> None:
+        """Stop waiting: commands still waiting for a cycle answer "not run" at once."""
+        self._closing.set()
+
+
+def _minutes(wait: timedelta) -> str:
+    minutes = round(wait.total_seconds() / 60)
+    if minutes >= 1:
+        return f"{minutes} minute" + ("" if minutes == 1 else "s")
+    return f"{wait.total_seconds():g} s"
 
 
 @contextmanager
@@ -102,10 +166,15 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
     slack = settings.slack
     store = SqlStateStore(engine)
     delivery = notification_service(settings, store)
+    deliver: Callable[[], None] = (
+        discard_guarded(guard, store)
+        if delivery is None
+        else lambda: deliver_guarded(guard, delivery)
+    )
     signing_secret = slack.secret("signing_secret")
     app_token = slack.secret("app_token")
     if not signing_secret and not app_token:
-        yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery))
+        yield RunHooks(deliver=deliver)
         return
     from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
     from releasebot.service.commands import CommandService
@@ -115,12 +184,14 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
             reconcile_service(settings, lambda _outcome: None, engine=engine)
         )
         commands = CommandService(store=store, reconciler=reconciler, clock=utc_now)
+        guarded = GuardedCommands(commands, guard)
         handler = SlashCommandHandler(
-            GuardedCommands(commands, guard),
+            guarded,
             allowed_users=slack.allowed_users,
             allowed_channels=slack.allowed_channels,
         )
         stack.callback(handler.close)
+        stack.callback(guarded.close)  # first: the handler's close waits for its commands
         endpoint_call: Callable[[bytes, Mapping[str, str]], tuple[int, str, bytes]] | None = None
         if signing_secret:
             endpoint = SlashCommandEndpoint(handler, signing_secret=signing_secret)
@@ -131,7 +202,7 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
                 return int(status), str(content_type), bytes(payload)
 
         if not app_token:
-            yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery), slack=endpoint_call)
+            yield RunHooks(deliver=deliver, slack=endpoint_call)
             return
         from releasebot.chat.socket import SocketModeFrontDoor
 
@@ -153,7 +224,7 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
 
         def leader_round() -> None:
             connect()  # a lost or refused connection is retried every delivery round
-            deliver_guarded(guard, delivery)
+            deliver()
 
         yield RunHooks(
             on_lead_start=connect,

@@ -61,6 +61,11 @@ def test_save_writes_status_and_builds_together(store: StateStore) -> None:
     assert (stored.state, stored.attempts, stored.updated_at) == (TargetState.BUILDING, 1, later)
     assert [b.arch for b in store.builds(tag=record.tag)] == [Arch.AMD64, Arch.ARM64]
     assert len(store.builds(active_only=True)) == 2
+    # Where the retry budget starts (a person's retry renews it) is kept with the status.
+    store.save(targets=[replace(building, attempts=4, budget_start=3)])
+    renewed = store.target(record.tag)
+    assert renewed is not None
+    assert (renewed.attempts, renewed.budget_start) == (4, 3)
 
 
 def test_save_changes_only_status_fields(store: StateStore) -> None:

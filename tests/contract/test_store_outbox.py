@@ -18,8 +18,11 @@ from releasebot.domain.errors import StoreError
 from releasebot.domain.events import Event, EventKind, MessageRef, build_key, feed_key
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
+from releasebot.service.notifications import discard_undeliverable
 from releasebot.store.dryrun import DryRunStore
 from releasebot.store.limits import ERROR_MAX_CHARS
+from releasebot.store.memory import MemoryStateStore
+from releasebot.store.sql import SqlStateStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_builds import build, planned_target
 
@@ -213,3 +216,36 @@ def test_pending_events_read_through_the_delivered_at_index(sql_backend: Backend
 
 def _state(record: TargetRecord | None) -> TargetState | None:
     return None if record is None else record.state
+
+
+def test_a_store_without_a_notifier_keeps_no_event_but_every_state_change(
+    backend: Backend,
+) -> None:
+    # As the wiring builds it when Slack is off: the same store, events dropped.
+    store: StateStore = (
+        MemoryStateStore(keep_events=False)
+        if backend.engine is None
+        else SqlStateStore(backend.engine, keep_events=False)
+    )
+    record = planned_target(store)
+    building = replace(record, state=TargetState.BUILDING, attempts=1, updated_at=T0)
+    store.save(targets=[building], builds=[build(record)], events=[event(tag=record.tag)])
+    store.set_flag("paused", "U1", T0, events=[event(EventKind.FEED_FAILING, tag="nvidia")])
+    assert store.pending_events(T0 + timedelta(days=1)) == []
+    assert store.outbox_backlog() == 0
+    saved = store.target(record.tag)
+    assert saved is not None
+    assert saved.state is TargetState.BUILDING
+    assert len(store.builds(tag=record.tag)) == 1
+    assert store.flag("paused") == "U1"
+
+
+def test_discarding_marks_every_undelivered_event_delivered(store: StateStore) -> None:
+    record = planned_target(store)
+    events = [event(tag=record.tag, attempt=n) for n in range(1, 5)]
+    store.save(events=events)
+    [first, *_] = store.pending_events(T0)
+    store.mark_undelivered(first.id, "later", T0 + timedelta(hours=6), T0)  # backing off
+    assert discard_undeliverable(store, T0, batch=3) == 4
+    assert store.outbox_backlog() == 0
+    assert discard_undeliverable(store, T0) == 0

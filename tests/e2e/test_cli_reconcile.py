@@ -17,11 +17,15 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from releasebot.cli import main
+from releasebot.domain.events import Event, EventKind
+from releasebot.store.engine import make_engine
+from releasebot.store.sql import SqlStateStore
 from tests.support.builds import KanikoPlayer
 from tests.support.feedserver import FeedServer
 from tests.support.fleetnodes import gpu_node
@@ -129,6 +133,38 @@ def test_a_cycle_launches_and_the_next_one_publishes(
     _, out, _ = run(capsys, "plan", "-q", "--config", str(config), "--format", "json")
     [target] = json.loads(out)
     assert (target["state"], target["digest"]) == ("published", digest)
+
+
+def test_with_slack_off_no_notification_is_queued_and_old_ones_are_dropped(
+    config: Path,
+    tmp_path: Path,
+    kube_api: FakeKubeApi,
+    plain_registry: RunningRegistry,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # No [slack] section: nobody delivers, so nothing may pile up (or fire the backlog
+    # alert). A backlog an older releasebot queued with Slack off is dropped by the run.
+    assert run(capsys, "plan", "-q", "--config", str(config))[0] == 0
+    engine = make_engine(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        old = SqlStateStore(engine)  # keeps events, as every store did before
+        queued = Event(EventKind.FEED_FAILING, "feed:nvidia", "nvidia", datetime.now(UTC))
+        old.set_flag("feed-failing:nvidia", "x", datetime.now(UTC), events=[queued])
+        assert old.outbox_backlog() == 1
+        code, out, err = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+        assert code == 0, err
+        assert out.startswith(f"launched {TAG} [rb-")
+        player = KanikoPlayer(kube_api, plain_registry)
+        [job] = player.job_names()
+        digest = player.build(job)
+        code, out, _ = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+        assert f"published {TAG}: {digest}" in out
+        assert old.outbox_backlog() == 0
+        assert old.outbox_events(f"{TAG}#1") == []  # started and published: never queued
+        [dropped] = old.outbox_events("feed:nvidia")
+        assert dropped.delivered_at is not None
+    finally:
+        engine.dispose()
 
 
 def test_build_by_hand(

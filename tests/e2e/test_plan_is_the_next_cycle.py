@@ -172,7 +172,9 @@ def test_a_retry_starts_the_stored_target_without_polling_a_feed(loop: Loop) -> 
     answer = loop.chat.run(Command(Verb.RETRY, tag=target.tag), "U024BE7LH")["text"]
     assert len(loop.fetcher.fetched) == polled  # no feed was asked
     [job] = loop.launcher.job_names()
-    assert answer.endswith(f"started `{target.tag}` (amd64): job `{job}`")
+    first, budget = answer.split("\n")
+    assert first.endswith(f"started `{target.tag}` (amd64): job `{job}`")
+    assert "the full retry budget: up to 3 attempts" in budget
     args = loop.launcher.manifest(job)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--build-arg=DRIVER_VERSION={target.target.driver_version.text}" in args
     assert f"--build-arg=FLATCAR_VERSION={target.target.flatcar_version.text}" in args

@@ -387,6 +387,63 @@ def test_the_retry_budget_starts_again_after_a_publish(rig: Rig) -> None:
     assert ("retrying", tag) in [(d.action, d.tag) for d in report.decisions]
 
 
+def test_a_human_retry_after_the_budget_is_spent_gets_the_full_budget(rig: Rig) -> None:
+    rig.options = ReconcileOptions(max_concurrent_builds=4, max_attempts=2)
+    tag = "580.178.04-flatcar4593.2.4"
+    rig.cycle()
+    for attempt in (1, 2):
+        job = next(b for b in rig.store.builds(tag=tag) if b.attempt == attempt).job_name
+        rig.kaniko.api.oom_kill(job)
+        rig.cycle()
+        rig.clock.advance(timedelta(hours=1))
+        rig.cycle()
+    spent = rig.target(tag)
+    assert spent.state is TargetState.FAILED
+    assert (spent.last_error or "").startswith("retries exhausted")
+    rig.service().retry(spent)  # a person asks: attempt 3 starts a new budget of 2
+    assert (rig.target(tag).attempts, rig.target(tag).budget_start) == (3, 2)
+    third = next(b for b in rig.store.builds(tag=tag) if b.attempt == 3)
+    rig.kaniko.api.oom_kill(third.job_name)
+    rig.cycle()
+    assert rig.target(tag).state is TargetState.RETRYING  # not "retries exhausted" at once
+    rig.clock.advance(timedelta(hours=1))
+    rig.cycle()  # attempt 4: the budget's second and last
+    fourth = next(b for b in rig.store.builds(tag=tag) if b.attempt == 4)
+    rig.kaniko.api.oom_kill(fourth.job_name)
+    rig.cycle()
+    assert rig.target(tag).state is TargetState.FAILED
+
+
+def test_a_driver_that_does_not_compile_is_incompatible_and_told_once(rig: Rig) -> None:
+    rig.cycle()
+    tag = "580.178.04-flatcar4593.2.4"  # kernel 6.12.95
+    job = next(b for b in rig.store.builds(tag=tag)).job_name
+    log = (
+        "nvidia/nv-pci.c:812:17: error: too few arguments to function 'pci_resize_resource'\n"
+        "incompatible: NVIDIA 580.178.04 does not compile for kernel 6.12.95-flatcar"
+        " (kernel (proprietary))\n"
+        "build-modules: ERROR: kernel (proprietary): compiling NVIDIA 580.178.04 failed\n"
+    )
+    rig.kaniko.api.exit_nonzero(job, 1, log=log)
+    report = rig.cycle()
+    [build] = rig.store.builds(tag=tag)
+    assert build.reason is FailureReason.INCOMPATIBLE
+    record = rig.target(tag)
+    assert record.state is TargetState.INCOMPATIBLE
+    assert ("incompatible", tag) in [(d.action, d.tag) for d in report.decisions]
+    rig.clock.advance(timedelta(days=2))
+    rig.cycle()
+    rig.cycle()
+    assert len(rig.store.builds(tag=tag)) == 1  # never retried
+    told = [
+        stored.event
+        for stored in rig.store.pending_events(rig.clock.now)
+        if stored.event.subject == tag and stored.event.kind.value == "build_incompatible"
+    ]
+    assert len(told) == 1  # one alert, with no other selected branch to offer
+    assert told[0].payload["alternative_branch"] is None
+
+
 def test_build_by_hand_cannot_change_a_targets_arches(multi_rig: Rig) -> None:
     rig = multi_rig
     rig.cycle()

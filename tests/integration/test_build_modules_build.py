@@ -12,8 +12,8 @@ an in-tree module of the release exports (as it needs drm's). A flavour can be m
 fail compiling. Covers: both flavours packed, linked and checked, the vermagic taken from
 ``.module-common.o`` (and not linked twice into an interface that has it), the in-tree
 module resolving the symbol, kbuild's link-time objtool command (IBT kernels) run on the
-interfaces, a compile failure naming
-its flavour, ``--module-types`` building one flavour only, and a bad value refused.
+interfaces, a compile failure naming its flavour (and the ``incompatible:`` line releasebot
+classifies), ``--module-types`` building one flavour only, and a bad value refused.
 The real compile against a real kernel tree is the recipe suite's (``tests/recipe``).
 """
 
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from releasebot.domain.builds import FailureReason, classify_exit
 from tests.support.tools import missing_tool
 
 SCRIPT = Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "build-modules"
@@ -336,6 +337,11 @@ def test_a_compile_failure_names_its_flavour_and_fails_the_image(
     assert f"for kernel {KV} failed" in last
     assert "too few arguments to function 'pci_resize_resource'" in result.stderr
     assert not (inputs.out / "build-info").exists()
+    # The fixed line releasebot recognises in the Job's log: a distinct, final outcome.
+    marker = result.stderr.strip().splitlines()[-2]
+    assert marker.startswith(f"incompatible: NVIDIA {DRIVER} does not compile for kernel {KV}")
+    assert classify_exit(result.stderr) is FailureReason.INCOMPATIBLE
+    assert not FailureReason.INCOMPATIBLE.transient
 
 
 @pytest.mark.parametrize(("types", "built"), [("proprietary", "kernel"), ("open", "kernel-open")])

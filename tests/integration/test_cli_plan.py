@@ -107,6 +107,31 @@ def test_plan_prints_json_targets(
     assert "feed flatcar/stable: changed, 4 releases" in err
 
 
+def test_known_incompatible_pairs_are_skipped_and_plan_says_why(
+    tmp_path: Path,
+    server: FeedServer,
+    repository: str,
+    test_data: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    serve_fixtures(server, test_data)
+    nvidia = (
+        f'feed_url = "{server.url("/nvidia/releases.json")}"\nbranches = ["580"]\n'
+        'incompatible = ["580.*:6.12.95*", "535.*:6.12.102"]'
+    )
+    config = write_config(tmp_path, server, repository, nvidia=nvidia)
+    code, out, err = run(capsys, "plan", "--config", str(config), "--format", "json")
+    assert code == 0, err
+    tags = [t["tag"] for t in json.loads(out)]
+    assert "580.178.04-flatcar4593.2.4" not in tags  # kernel 6.12.95
+    assert tags[0] == "580.178.04-flatcar4593.2.5"  # kernel 6.12.102: another driver's pair
+    [line] = [line for line in err.splitlines() if "skipped" in line]
+    assert line.endswith(
+        "580.178.04-flatcar4593.2.4 skipped: NVIDIA 580.178.04 does not build for kernel"
+        " 6.12.95 (nvidia.incompatible lists '580.*:6.12.95*')"
+    )
+
+
 def test_plan_table_and_quiet(
     tmp_path: Path,
     server: FeedServer,

@@ -53,6 +53,10 @@ from tests.support.builds import Clock
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 NOW = 1_796_040_000.0  # 2026-11-30 12:00 UTC, the tests' clock
+BUDGET = (
+    "\nA build or retry asked for by a person gets the full retry budget: up to 3 attempts"
+    " if builds fail for a passing reason."
+)
 ADMIN, STRANGER = "UADMIN001", "USTRANGER9"
 OPS_CHANNEL, RANDOM_CHANNEL = "COPS00001", "CRANDOM01"
 CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
@@ -414,14 +418,17 @@ def test_build_answers_at_once_and_follows_up(rig: ChatRig) -> None:
     assert time.monotonic() - started < 3
     assert payload == {
         "response_type": "ephemeral",
-        "text": "Working on `build 580.95.05 4593.2.4 amd64`; I will answer here when it is done.",
+        "text": (
+            "Queued `build 580.95.05 4593.2.4 amd64`; I will answer here when it is done"
+            " (after the running build cycle, if there is one)."
+        ),
         "blocks": payload["blocks"],
     }
     [follow_up] = rig.replies.wait()
     [job] = rig.launcher.created
     assert follow_up["response_type"] == "in_channel"
     assert follow_up["text"] == (
-        f"<@{ADMIN}> started `580.95.05-flatcar4593.2.4` (amd64): job `{job}`"
+        f"<@{ADMIN}> started `580.95.05-flatcar4593.2.4` (amd64): job `{job}`" + BUDGET
     )
     assert rig.replies.posts[0][0] == "/commands/T1/B1/abc"
     assert_valid_blocks(follow_up)
@@ -452,7 +459,10 @@ def test_build_of_a_published_target_is_refused(rig: ChatRig) -> None:
 
 def test_plan_lists_what_would_be_built(rig: ChatRig) -> None:
     _, payload = rig.post("plan", user=STRANGER)
-    assert payload["text"] == "Working on `plan`; I will answer here when it is done."
+    assert payload["text"] == (
+        "Queued `plan`; I will answer here when it is done"
+        " (after the running build cycle, if there is one)."
+    )
     [follow_up] = rig.replies.wait()
     assert follow_up["response_type"] == "ephemeral"
     assert follow_up["text"] == (
@@ -483,7 +493,7 @@ def test_retry_starts_the_next_attempt_of_a_failed_target(rig: ChatRig) -> None:
     second = rig.launcher.created[-1]
     assert second.endswith("-amd64-2")
     assert retried["response_type"] == "in_channel"
-    assert retried["text"] == f"<@{ADMIN}> started `{CURRENT}` (amd64): job `{second}`"
+    assert retried["text"] == f"<@{ADMIN}> started `{CURRENT}` (amd64): job `{second}`" + BUDGET
 
     rig.post(f"retry {CURRENT}")
     assert rig.replies.wait(3)[2]["text"] == (
@@ -572,8 +582,8 @@ def test_a_full_queue_turns_work_away_and_a_crash_is_an_apology(rig: ChatRig) ->
         for text in ("plan", "missing", "plan"):
             body = form(text, STRANGER, RANDOM_CHANNEL, rig.replies.url())
             answers.append(json.loads(endpoint.handle(body, signed(body), NOW).body)["text"])
-        assert answers[0].startswith("Working on `plan`")
-        assert answers[1].startswith("Working on `missing`")
+        assert answers[0].startswith("Queued `plan`")
+        assert answers[1].startswith("Queued `missing`")
         assert answers[2] == "I am busy with other commands; please try again in a minute."
         runner.release.set()
         texts = sorted(body["text"] for body in rig.replies.wait(2))

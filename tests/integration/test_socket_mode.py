@@ -157,13 +157,16 @@ def test_a_change_runs_once_and_slow_work_follows_up(
 
     slack.push(envelope("e-build", "build 580.95.05 4593.2.4", ADMIN, rig.replies.url()))
     assert slack.wait_ack("e-build")["payload"]["text"] == (
-        "Working on `build 580.95.05 4593.2.4`; I will answer here when it is done."
+        "Queued `build 580.95.05 4593.2.4`; I will answer here when it is done"
+        " (after the running build cycle, if there is one)."
     )
     [follow_up] = rig.replies.wait()
     [job] = rig.launcher.created
     assert (
-        follow_up["text"] == f"<@{ADMIN}> started `580.95.05-flatcar4593.2.4` (amd64): job `{job}`"
+        follow_up["text"].split("\n")[0]
+        == f"<@{ADMIN}> started `580.95.05-flatcar4593.2.4` (amd64): job `{job}`"
     )
+    assert "gets the full retry budget: up to 3 attempts" in follow_up["text"]
 
 
 def test_other_envelopes_are_acked_and_ignored(

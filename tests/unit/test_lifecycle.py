@@ -46,7 +46,7 @@ from releasebot.domain.lifecycle import (
 from releasebot.domain.models import TargetReason, TargetRecord, TargetState
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.targets import diff_targets
-from releasebot.domain.versions import Arch
+from releasebot.domain.versions import Arch, DriverVersion
 from tests.support.targets import make_target
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -81,6 +81,10 @@ def builds_of(target: TargetRecord, *states: BuildState, attempt: int = 1) -> li
             )
         )
     return result
+
+
+def dv(text: str) -> DriverVersion:
+    return DriverVersion.parse(text)
 
 
 def failed(build: BuildRecord, reason: FailureReason) -> BuildRecord:
@@ -415,6 +419,57 @@ def test_the_budget_counts_attempts_since_the_last_publish() -> None:
     assert change.record.state is TargetState.RETRYING
 
 
+def test_a_driver_that_does_not_compile_is_incompatible_told_once_never_retried() -> None:
+    target = record(TargetState.BUILDING, attempts=1)
+    [build] = builds_of(target, BuildState.RUNNING)
+    history = [failed(build, FailureReason.INCOMPATIBLE)]
+    kernel = target.target.kernel
+    older = record(TargetState.PUBLISHED, flatcar="4593.2.5")
+    other = [
+        replace(
+            older,
+            target=replace(
+                older.target,
+                tag=f"{version}-x",
+                driver_version=dv(version),
+                driver_branch=version.split(".")[0],
+            ),
+        )
+        for version in ("570.195.03", "575.64.05")
+    ]
+    elsewhere = replace(other[1], target=replace(other[1].target, kernel="6.12.54"))
+    dropped = replace(
+        other[0],
+        required=False,
+        target=replace(
+            other[0].target, tag="x-dropped", driver_version=dv("579.1.1"), driver_branch="579"
+        ),
+    )
+    change = settle(
+        target, history, now=T0, rules=RULES, others=[other[0], elsewhere, dropped, target]
+    )
+    assert isinstance(change, Change)
+    assert change.record.state is TargetState.INCOMPATIBLE
+    assert change.record.next_attempt_at is None
+    assert (change.record.last_error or "").startswith("incompatible: amd64: Incompatible")
+    assert change.decision is not None
+    assert change.decision.action is Action.INCOMPATIBLE
+    assert change.event is not None
+    assert change.event.kind is EventKind.BUILD_INCOMPATIBLE
+    # The newest selected (required) branch published for the SAME kernel: 570, not 575.
+    assert other[0].target.kernel == kernel
+    assert change.event.payload["alternative_branch"] == "570"
+    assert change.event.payload["alternative_tag"] == "570.195.03-x"
+    assert not is_due(change.record, T0 + timedelta(days=30))  # never retried by itself
+    assert next_step(change.record, T0) is NextStep.HUMAN
+    nothing = settle(target, history, now=T0, rules=RULES)
+    assert isinstance(nothing, Change)
+    assert nothing.event is not None
+    assert nothing.event.payload["alternative_branch"] is None
+    # A person may still ask (a fixed recipe or driver): it gets a full budget.
+    assert hand_refusal(change.record, active=[], published=False, force=False) is None
+
+
 # -- failed -> building: a person asks ---------------------------------------------------------
 
 
@@ -428,6 +483,47 @@ def test_a_person_may_start_a_failed_target_but_not_a_busy_or_published_one() ->
     assert refused is not None
     assert "add --force" in refused
     assert hand_refusal(target, active=[], published=True, force=True) is None
+
+
+def test_a_person_s_retry_after_a_spent_budget_gets_the_full_budget_again() -> None:
+    spent = record(TargetState.FAILED, attempts=3)
+    evicted = [
+        failed(b, FailureReason.EVICTED)
+        for attempt in (1, 2, 3)
+        for b in builds_of(spent, BuildState.RUNNING, attempt=attempt)
+    ]
+    requests = [build_request(spent.target, Arch.AMD64, 4)]
+    by_hand = start_attempt(spent, requests, reused={}, now=T0, rules=RULES, by_hand=True)
+    assert (by_hand.record.attempts, by_hand.record.budget_start) == (4, 3)
+    assert by_hand.event.payload["max_attempts"] == 6  # attempts 4, 5 and 6 are its budget
+    history = [*evicted, *(failed(b, FailureReason.EVICTED) for b in by_hand.builds)]
+    assert failed_streak(by_hand.record, history) == 1
+    change = settle(by_hand.record, history, now=T0, rules=RULES)
+    assert isinstance(change, Change)
+    assert change.record.state is TargetState.RETRYING  # not "retries exhausted" at once
+    # The automatic retries keep the budget the person started; the third attempt ends it.
+    for attempt in (5, 6):
+        again = start_attempt(
+            replace(change.record, state=TargetState.RETRYING),
+            [build_request(spent.target, Arch.AMD64, attempt)],
+            reused={},
+            now=T0,
+            rules=RULES,
+        )
+        assert again.record.budget_start == 3
+        history += [failed(b, FailureReason.EVICTED) for b in again.builds]
+        change = settle(again.record, history, now=T0, rules=RULES)
+        assert isinstance(change, Change)
+    assert change.record.state is TargetState.FAILED
+    assert change.event is not None
+    assert change.event.kind is EventKind.RETRIES_EXHAUSTED
+    # Without the person, the same failure after a spent budget is exhausted at once.
+    automatic = start_attempt(spent, requests, reused={}, now=T0, rules=RULES)
+    assert automatic.record.budget_start == 0
+    history = [*evicted, *(failed(b, FailureReason.EVICTED) for b in automatic.builds)]
+    exhausted = settle(automatic.record, history, now=T0, rules=RULES)
+    assert isinstance(exhausted, Change)
+    assert exhausted.record.state is TargetState.FAILED
 
 
 # -- how a target stands ---------------------------------------------------------------------

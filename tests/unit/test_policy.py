@@ -8,12 +8,15 @@ from releasebot.domain.models import DriverRelease, FlatcarRelease
 from releasebot.domain.policy import (
     DriverPolicy,
     FlatcarPolicy,
+    IncompatiblePair,
     Policy,
     is_flatcar_channel,
     plan_targets,
     select_drivers,
+    skip_incompatible,
 )
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from tests.support.targets import make_target
 
 BOTH = frozenset({Arch.AMD64, Arch.ARM64})
 AMD64 = frozenset({Arch.AMD64})
@@ -153,3 +156,20 @@ def test_channel_names() -> None:
         assert is_flatcar_channel(name)
     for name in ("edge", "LTS", "lts-24", "lts-2024x", "", "stable "):
         assert not is_flatcar_channel(name)
+
+
+def test_known_incompatible_pairs_are_skipped_with_the_reason() -> None:
+    old_kernel = make_target(driver="550.163.01", flatcar="4593.2.4", kernel="6.12.95")
+    broken = make_target(driver="550.163.01", kernel="6.12.97")
+    other_driver = make_target(driver="580.178.04", kernel="6.12.97")
+    pairs = (IncompatiblePair.parse("550.*:6.12.97-flatcar"), IncompatiblePair.parse("535.*:*"))
+    kept, skipped = skip_incompatible([old_kernel, broken, other_driver], pairs)
+    assert kept == [old_kernel, other_driver]
+    assert skipped == [
+        f"{broken.tag} skipped: NVIDIA 550.163.01 does not build for kernel 6.12.97"
+        " (nvidia.incompatible lists '550.*:6.12.97-flatcar')"
+    ]
+    # The kernel pattern matches the feed's kernel or uname -r; the driver its version.
+    assert IncompatiblePair.parse(" 550.163.01:6.12.97 ").matches(broken)
+    assert not IncompatiblePair.parse("550.16:6.12.97").matches(broken)
+    assert skip_incompatible([broken], ()) == ([broken], [])

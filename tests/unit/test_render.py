@@ -105,6 +105,17 @@ RETRYING = failure(
 )
 FAILED = failure(EventKind.BUILD_FAILED, log_tail=LOG)
 EXHAUSTED = failure(EventKind.RETRIES_EXHAUSTED, attempt=3, log_tail=LOG)
+INCOMPATIBLE = failure(
+    EventKind.BUILD_INCOMPATIBLE,
+    error="amd64: Incompatible: exit code 1",
+    reasons=["Incompatible"],
+    alternative_branch="570",
+    alternative_tag="570.195.03-flatcar4459.2.1",
+    log_tail="nvidia/nv-pci.c:812:17: error: too few arguments to function"
+    " 'pci_resize_resource'\n"
+    "incompatible: NVIDIA 580.105.08 does not compile for kernel 6.12.54-flatcar\n"
+    "build-modules: ERROR: kernel (proprietary): compiling NVIDIA 580.105.08 failed",
+)
 
 
 def fleet_event(kind: EventKind, minutes: int, key: str, subject: str, **payload: Any) -> Event:
@@ -169,6 +180,7 @@ MESSAGES: dict[str, list[Event]] = {
     "failed_with_log": [started(), FAILED],
     "retrying": [started(), RETRYING],
     "retries_exhausted": [started(attempt=3), EXHAUSTED],
+    "incompatible": [started(), INCOMPATIBLE],
     "feed_failing": [FEED_FAILING],
     "feed_recovered": [FEED_FAILING, FEED_RECOVERED],
     "fleet_exposed": [FLEET_EXPOSED],
@@ -182,6 +194,7 @@ REPLIES: dict[str, Event] = {
     "retrying": RETRYING,
     "failed": FAILED,
     "retries_exhausted": EXHAUSTED,
+    "incompatible": INCOMPATIBLE,
     "feed_recovered": FEED_RECOVERED,
 }
 

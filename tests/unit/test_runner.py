@@ -206,7 +206,8 @@ def test_the_scheduler_runs_cycles_and_stops_cleanly(replica: Callable[..., Repl
     try:
         assert a.runner.alive()
         jobs = {job.id: job for job in a.runner._scheduler.get_jobs()}
-        assert set(jobs) == {"lead", "cycle", "deliver"}
+        assert set(jobs) == {"lead", "follow", "cycle", "deliver"}
+        assert jobs["follow"].trigger.interval == fast.follow_every
         for job in jobs.values():  # set deliberately: see the runner's docstring
             assert (job.coalesce, job.max_instances) == (True, 1)
         assert jobs["cycle"].misfire_grace_time >= 1
@@ -217,6 +218,25 @@ def test_the_scheduler_runs_cycles_and_stops_cleanly(replica: Callable[..., Repl
     assert not a.runner.alive()
     assert a.events == ["start", "stop"]
     assert a.runner.readiness() == (False, "shutting down")
+
+
+def test_a_follower_reads_the_lease_more_often_than_the_leader_renews_it(
+    replica: Callable[..., Replica],
+) -> None:
+    # A fifteenth of the lease, 1 s at least, the renewal period at most: the takeover
+    # bound (docs/architecture.md) is lease + 2 * follow_every plus scheduling delays.
+    assert OPTIONS.follow_every == timedelta(seconds=2)
+    assert replace(OPTIONS, lease=timedelta(seconds=6)).follow_every == timedelta(seconds=1)
+    assert replace(OPTIONS, lease=timedelta(seconds=2)).follow_every == timedelta(seconds=2) / 3
+    a, b = replica("a"), replica("b")
+    assert a.runner.lead()
+    assert not b.runner.lead()
+    assert a.runner.follow() is True  # the leader renews on its own period only
+    b.advance(29)
+    assert b.runner.follow() is False
+    b.advance(1)
+    assert b.runner.follow() is True
+    assert b.events == ["start"]
 
 
 def test_stop_abandons_a_cycle_that_outlives_the_grace(replica: Callable[..., Replica]) -> None:
