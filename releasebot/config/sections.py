@@ -284,6 +284,16 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class WebSettings:
+    """The coverage page (``/``) and its read-only JSON API (``/api/...``) of ``releasebot
+    run``. No authentication: it shows no secret, but put it behind the ingress's auth."""
+
+    enabled: bool = setting(True)
+    listen: str = setting("", rules.listen_or_empty)
+    """``host:port`` of its own server; empty: on the probes' server (``run.listen``)."""
+
+
+@dataclass(frozen=True)
 class FleetSettings:
     """The GPU nodes, read from the cluster every cycle; the optional reboot gate."""
 
@@ -318,6 +328,7 @@ class Settings:
     run: RunSettings = field(default_factory=RunSettings)
     signing: SigningSettings = field(default_factory=SigningSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
+    web: WebSettings = field(default_factory=WebSettings)
 
     def policy(self) -> Policy:
         return Policy(
@@ -390,6 +401,7 @@ SECTIONS: dict[str, type[Any]] = {
     "run": RunSettings,
     "signing": SigningSettings,
     "fleet": FleetSettings,
+    "web": WebSettings,
 }
 
 
