@@ -18,7 +18,7 @@ function el(tag, attrs, ...children) {
     else if (name === "onclick") node.addEventListener("click", value);
     else node.setAttribute(name, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -218,7 +218,7 @@ async function drawDetail() {
         job.reason ? " reason: " + job.reason : "", job.message ? " — " + job.message : ""),
       job.log_tail ? el("pre", { class: "log" }, job.log_tail) : null))));
   document.getElementById("detail-body").replaceChildren(list,
-    attempts.length ? attempts : el("p", { class: "muted" }, "No build yet."));
+    ...(attempts.length ? attempts : [el("p", { class: "muted" }, "No build yet.")]));
 }
 
 async function refresh() {
