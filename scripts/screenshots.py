@@ -72,8 +72,10 @@ def full_page(driver: webdriver.Chrome, path: Path, width: int) -> None:
 
 def wait_drawn(driver: webdriver.Chrome) -> None:
     WebDriverWait(driver, 20).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, "#matrix a.cell")
-        and "unknown" not in (d.find_element(By.ID, "banner").get_attribute("class") or "")
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, "#matrix a.cell")
+            and "unknown" not in (d.find_element(By.ID, "banner").get_attribute("class") or "")
+        )
     )
 
 
@@ -89,7 +91,12 @@ def main() -> int:
             driver.set_window_size(width, height)
             driver.execute_cdp_cmd(
                 "Emulation.setDeviceMetricsOverride",
-                {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": size == "phone"},
+                {
+                    "width": width,
+                    "height": height,
+                    "deviceScaleFactor": 1,
+                    "mobile": size == "phone",
+                },
             )
             for scheme in SCHEMES:
                 driver.execute_cdp_cmd(

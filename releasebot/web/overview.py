@@ -12,7 +12,7 @@ Routes (GET and HEAD only; everything is read-only):
 Every 200 carries an ``ETag`` (a hash of the body), and a request whose ``If-None-Match``
 names it gets ``304`` with no body, so the page's periodic refresh costs little. Unknown
 paths are 404; an unknown parameter or a bad value is 400 with one line saying which; a
-store that cannot answer is 503 with its line (the page shows it). A JSON body never holds
+store that cannot answer is 503 with a line saying so (the page shows it; the log says why). A JSON body never holds
 a secret: the service reads targets, builds, feeds and the fleet, never settings.
 """
 
@@ -38,6 +38,7 @@ log = logging.getLogger("releasebot.web")
 
 JSON = "application/json"
 QUERY_MAX_CHARS = 512
+STORE_DOWN = "the state store cannot be reached right now; releasebot's log says why"
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -89,6 +90,7 @@ class OverviewApp:
     def __init__(self, service: OverviewQueries) -> None:
         self._service = service
         self._static: dict[str, bytes] = {}
+        self._last_store_error: str | None = None
 
     def owns(self, path: str) -> bool:
         return path in _STATIC or path == "/api" or path.startswith(("/api/", "/static/"))
@@ -100,7 +102,15 @@ class OverviewApp:
         except BadRequestError as error:
             answer = _json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
         except StoreUnavailableError as error:
-            answer = _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": one_line(str(error), 300)})
+            # The store's line names the database (host, user): the log has it, the page,
+            # which anybody reaching the port reads, says only what it means.
+            line = one_line(str(error), 300)
+            if line != self._last_store_error:
+                log.warning("coverage page: %s", line)
+            self._last_store_error = line
+            answer = _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": STORE_DOWN})
+        else:
+            self._last_store_error = None
         return _conditional(answer, headers.get("if-none-match"))
 
     def _route(self, path: str, query: str) -> WebAnswer:

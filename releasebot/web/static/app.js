@@ -63,7 +63,7 @@ async function getJson(url) {
   try { body = await answer.json(); } catch (error) { body = null; }
   if (!answer.ok) {
     const why = body && typeof body.error === "string" ? body.error : "HTTP " + answer.status;
-    const error = new Error(answer.status === 503 ? "The state store is unavailable: " + why : why);
+    const error = new Error(answer.status === 503 ? "Unavailable: " + why : why);
     error.status = answer.status;
     throw error;
   }
