@@ -12,8 +12,9 @@ Routes (GET and HEAD only; everything is read-only):
 Every 200 carries an ``ETag`` (a hash of the body), and a request whose ``If-None-Match``
 names it gets ``304`` with no body, so the page's periodic refresh costs little. Unknown
 paths are 404; an unknown parameter or a bad value is 400 with one line saying which; a
-store that cannot answer is 503 with a line saying so (the page shows it; the log says why). A JSON body never holds
-a secret: the service reads targets, builds, feeds and the fleet, never settings.
+store that cannot answer is 503 with a line saying so (the page shows it; the log says
+why). A JSON body never holds a secret: the service reads targets, builds, feeds and the
+fleet, never settings.
 """
 
 from __future__ import annotations
