@@ -38,6 +38,7 @@ from releasebot.domain.events import EventKind, MessageRef, StoredEvent
 from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import FeedState, FlatcarRelease, TargetRecord, TargetState
 from releasebot.domain.untrusted import clean
+from releasebot.domain.versions import FlatcarVersion
 
 Json = dict[str, object]
 
@@ -100,13 +101,20 @@ def current_fleet(records: Sequence[FleetRecord]) -> list[FleetRecord]:
 
 
 def _needs(
-    version: str, arch: str | None, by_version: Mapping[str, Sequence[TargetRecord]]
+    version: str,
+    arch: str | None,
+    by_version: Mapping[str, Sequence[TargetRecord]],
+    memo: dict[tuple[str, str | None], list[TargetRecord]],
 ) -> list[TargetRecord]:
-    return [
-        record
-        for record in by_version.get(version, ())
-        if arch is None or arch in {a.value for a in record.target.arches}
-    ]
+    """The required targets of ``version`` built for ``arch`` (memoised: nodes share)."""
+    key = (version, arch)
+    if key not in memo:
+        memo[key] = [
+            record
+            for record in by_version.get(version, ())
+            if arch is None or any(a.value == arch for a in record.target.arches)
+        ]
+    return memo[key]
 
 
 def _verdict(needed: Sequence[TargetRecord]) -> Verdict:
@@ -123,6 +131,7 @@ def judge_nodes(
             by_version.setdefault(record.target.flatcar_version.text, []).append(record)
     nodes: list[NodeView] = []
     ignored: list[FleetRecord] = []
+    memo: dict[tuple[str, str | None], list[TargetRecord]] = {}
     for seen in current_fleet(fleet):
         state = seen.state
         if not state.gpu:
@@ -130,11 +139,11 @@ def judge_nodes(
         if state.version is None:
             ignored.append(seen)
             continue
-        running = _needs(state.version, state.arch, by_version)
+        running = _needs(state.version, state.arch, by_version, memo)
         pending = (
             []
             if state.pending_version is None
-            else (_needs(state.pending_version, state.arch, by_version))
+            else _needs(state.pending_version, state.arch, by_version, memo)
         )
         nodes.append(
             NodeView(
@@ -309,14 +318,14 @@ def matrix_view(
     drivers = sorted({r.target.driver_version for r in required}, reverse=True)
     columns = [d.text for d in drivers if driver is None or d.text == driver]
     cells: dict[tuple[str, str], TargetRecord] = {}
-    version_keys: dict[str, object] = {}
+    version_keys: dict[str, FlatcarVersion] = {}
     for record in required:
         target = record.target
         cells[(target.flatcar_version.text, target.driver_version.text)] = record
         version_keys[target.flatcar_version.text] = target.flatcar_version
     rows = []
     all_versions = set(version_keys) | set(running) | set(pending)
-    for version in sorted(all_versions, key=lambda v: _version_key(v, version_keys), reverse=True):
+    for version in sorted(all_versions, key=_version_key, reverse=True):
         if flatcar is not None and version != flatcar:
             continue
         release = releases.get(version)
@@ -353,9 +362,9 @@ def matrix_view(
     return {"drivers": columns, "rows": rows, "counts": counts}
 
 
-def _version_key(version: str, known: Mapping[str, object]) -> tuple[int, ...]:
-    parts = version.split(".")
-    return tuple(int(p) if p.isdigit() else -1 for p in parts)
+def _version_key(version: str) -> tuple[int, ...]:
+    """Flatcar versions in integer order (4081.3.10 after 4081.3.9)."""
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
 
 
 def _cell_json(record: TargetRecord, release: FlatcarRelease | None) -> Json:

@@ -107,7 +107,7 @@ def test_the_banner_turns_red_when_a_node_loses_its_image(
     set_state(store, COVERED_TAGS[1], TargetState.MISSING)
     browser.execute_script("refresh()")  # what the page's timer calls every 15 s
     _wait(browser, lambda b: "uncovered" in _banner(b)[0])
-    classes, text = _banner(browser)
+    _classes, text = _banner(browser)
     assert "2 nodes run Flatcar 4593.2.5 without an image (missing)" in text
     assert "gpu-a, gpu-b" in text
     assert browser.find_element(By.ID, "banner").value_of_css_property("color") != (
