@@ -66,7 +66,7 @@ def page(store: SqlStateStore, browser: webdriver.Chrome) -> Iterator[PageServer
 
 
 def _wait(browser: webdriver.Chrome, condition: object) -> object:
-    return WebDriverWait(browser, WAIT_SECONDS).until(condition)  # type: ignore[arg-type]
+    return WebDriverWait(browser, WAIT_SECONDS).until(condition)
 
 
 def _banner(browser: webdriver.Chrome) -> tuple[str, str]:
@@ -176,7 +176,7 @@ def test_a_store_that_is_down_is_said_on_the_page(browser: webdriver.Chrome) -> 
                     and b.find_element(By.ID, "problem")
                 ),
             )
-            assert "state store cannot be reached" in problem.text  # type: ignore[attr-defined]
+            assert "state store cannot be reached" in problem.text
             assert "Traceback" not in browser.page_source
     finally:
         engine.dispose()

@@ -100,7 +100,7 @@ def _build(
         destination_tag=tag,
         state=state,
         created_at=now - timedelta(minutes=30),
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
 
 
