@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from urllib.parse import urlsplit, urlunsplit
 
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.coverage import (
@@ -471,13 +472,26 @@ def target_detail(
 # -- feeds ------------------------------------------------------------------------------
 
 
+def public_url(url: str) -> str:
+    """``url`` without what may carry a credential: user info, query and fragment."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(an address that does not parse)"
+    if ":" in host:
+        host = f"[{host}]"
+    return urlunsplit((parts.scheme, host + port, parts.path, "", ""))
+
+
 def feeds_view(feeds: Sequence[FeedState]) -> Json:
     """``/api/feeds``: per feed the last poll, last success, last change and last error."""
     return {
         "feeds": [
             {
                 "name": text(feed.name, 100),
-                "url": text(feed.url, 300),
+                "url": text(public_url(feed.url), 300),
                 "last_polled_at": _time(feed.last_polled_at),
                 "last_success_at": _time(feed.last_success_at),
                 "last_changed_at": _time(feed.last_changed_at),

@@ -63,13 +63,15 @@ def serve_demo(
     host, port = listen_address("--listen", listen)
     with open_store(settings.database.url) as store:
         seed_demo_builds(store)
+        # as if the reboot gate were on, so the page shows what it would hold
+        shown = replace(settings, fleet=replace(settings.fleet, enabled=True, gate=True))
         try:
-            server = HttpServer(host, port, pages=overview_app(settings, store))
+            server = HttpServer(host, port, pages=overview_app(shown, store))
         except OSError as error:
             raise ConfigError("--listen", f"cannot listen on {listen}: {error}") from None
         server.start()
-        shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
-        on_ready(f"http://{shown}:{server.port}/")
+        name = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+        on_ready(f"http://{name}:{server.port}/")
         try:
             stop.wait()
         finally:

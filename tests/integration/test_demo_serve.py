@@ -83,6 +83,9 @@ def test_demo_serve_shows_builds_in_every_state(demo: tuple[subprocess.Popen[str
     fleet = httpx.get(url + "api/fleet", timeout=10).json()
     assert fleet["gpu_nodes"] == 4
     assert fleet["banner"]["covered"] is False  # the failed target is one a node reboots into
+    gates = {node["name"]: node["gate"] for node in fleet["nodes"]}
+    assert gates["gpu-l40s-3"]["ready"] is False  # shown as if the gate were on
+    assert gates["gpu-a10g-0"] is None  # nothing pending
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=20) == 0
     assert process.stderr is not None

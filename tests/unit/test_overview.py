@@ -18,6 +18,7 @@ from releasebot.domain.overview import (
     feeds_view,
     fleet_view,
     matrix_view,
+    public_url,
     slack_link,
     target_detail,
 )
@@ -221,3 +222,8 @@ def test_cell_words_and_feeds() -> None:
     assert shown["last_error"] == "boom ]0;title"
     assert shown["healthy"] is False
     assert shown["consecutive_failures"] == 3
+    mirror = replace(feed, url="https://user:s3cret@mirror.test:8443/r.json?token=abc#x")
+    assert feeds_view([mirror])["feeds"][0]["url"] == "https://mirror.test:8443/r.json"
+    assert public_url("file:///srv/feeds/releases-stable.json") == (
+        "file:///srv/feeds/releases-stable.json"
+    )
