@@ -180,3 +180,15 @@ def test_a_store_that_is_down_is_said_on_the_page(browser: webdriver.Chrome) -> 
             assert "Traceback" not in browser.page_source
     finally:
         engine.dispose()
+
+
+def test_an_empty_store_is_neither_green_nor_red(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    with (
+        open_store(f"sqlite:///{tmp_path / 'empty.db'}") as store,
+        PageServer(store) as server,
+    ):
+        browser.set_window_size(1280, 900)
+        browser.get(server.url + "/")
+        _wait(browser, lambda b: "unknown" not in _banner(b)[0])
+        assert _banner(browser) == ("banner none", "No GPU node seen yet")
+        assert browser.find_element(By.ID, "matrix").text == "No target planned yet."

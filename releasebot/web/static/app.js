@@ -79,7 +79,8 @@ function showProblem(text) {
 function drawBanner(fleet) {
   const banner = document.getElementById("banner");
   const data = fleet.banner;
-  banner.className = "banner " + (data.covered ? "covered" : "uncovered");
+  // no GPU node seen (the fleet view off, or no listing yet): neither green nor red
+  banner.className = "banner " + (!fleet.gpu_nodes ? "none" : data.covered ? "covered" : "uncovered");
   banner.replaceChildren();
   if (data.covered) {
     banner.append((fleet.gpu_nodes ? "✓ " : "") + data.text);
