@@ -12,6 +12,10 @@ the same rules ``releasebot fleet`` applies). Where the GPU Operator gives two n
 one version different drivers, the page asks for both drivers on both: it may call a node
 uncovered that the cycle's coverage calls covered, never the other way round.
 
+The reboot gate's column says what the gate decides from these verdicts (open once every
+image of the pending version is verified, held otherwise); the store does not keep the
+Nodes' annotations, so it is the decision, not a reading of the annotation.
+
 "Since when" is the later of when the node entered its state (its fleet record's
 ``first_seen_at``) and when the image stopped being verified (the target's
 ``first_planned_at`` if it was never published, else its ``updated_at``).
