@@ -12,6 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from releasebot.domain.builds import job_name
 from releasebot.domain.models import TargetState
@@ -20,11 +24,6 @@ from releasebot.store.sql import SqlStateStore
 from releasebot.wiring import open_store, utc_now
 from tests.support.overview import COVERED_TAGS, FAILED_TAG, PageServer, seed_overview, set_state
 from tests.support.tools import missing_tool
-
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 WAIT_SECONDS = 30  # generous: two loaded cores start chromium slowly
 
