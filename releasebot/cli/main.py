@@ -99,6 +99,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="keep the demo's SQLite database in DIR (default: a temporary directory)",
     )
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="then serve the coverage page on it, with a few simulated builds, until Ctrl-C",
+    )
+    demo.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default="127.0.0.1:8080",
+        help="where --serve listens (default 127.0.0.1:8080; port 0: any free port)",
+    )
     demo.set_defaults(handler=_cmd_demo)
     fleet.add_commands(commands, common, _on_outcome)
     retention.add_commands(commands, common)
@@ -205,9 +216,30 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise ConfigError("--dir", f"cannot use {directory}: {error.strerror}") from None
-        return _run_plan(demo_settings(base, directory), args, registry, nodes)
+        return _demo(demo_settings(base, directory), args, registry, nodes)
     with tempfile.TemporaryDirectory(prefix="releasebot-demo-") as temporary:
-        return _run_plan(demo_settings(base, Path(temporary)), args, registry, nodes)
+        return _demo(demo_settings(base, Path(temporary)), args, registry, nodes)
+
+
+def _demo(
+    settings: Settings, args: argparse.Namespace, registry: Registry, nodes: FleetSource
+) -> int:
+    code = _run_plan(settings, args, registry, nodes)
+    if code != EXIT_OK or not args.serve:
+        return code
+    import signal
+    import threading
+
+    from releasebot.wiring.web import serve_demo
+
+    stop = threading.Event()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda _number, _frame: stop.set())
+
+    def ready(url: str) -> None:
+        print(f"\nThe coverage page: {url}  (Ctrl-C stops)", flush=True)
+
+    return serve_demo(settings, args.listen, stop, ready)
 
 
 def _run_plan(

@@ -282,6 +282,11 @@ def listen(key: str, value: str) -> str:
     return value
 
 
+def listen_or_empty(key: str, value: str) -> str:
+    """``HOST:PORT``, or empty for "the same server as another setting says"."""
+    return value if value == "" else listen(key, value)
+
+
 def one_of(*choices: str) -> Check:
     def check(key: str, value: str) -> str:
         if value not in choices:

@@ -289,6 +289,16 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class WebSettings:
+    """The coverage page (``/``) and its read-only JSON API (``/api/...``) of ``releasebot
+    run``. No authentication: it shows no secret, but put it behind the ingress's auth."""
+
+    enabled: bool = setting(True)
+    listen: str = setting("", rules.listen_or_empty)
+    """``host:port`` of its own server; empty: on the probes' server (``run.listen``)."""
+
+
+@dataclass(frozen=True)
 class FleetSettings:
     """The GPU nodes, read from the cluster every cycle; the optional reboot gate."""
 
@@ -339,6 +349,7 @@ class Settings:
     signing: SigningSettings = field(default_factory=SigningSettings)
     fleet: FleetSettings = field(default_factory=FleetSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    web: WebSettings = field(default_factory=WebSettings)
 
     def policy(self) -> Policy:
         return Policy(
@@ -413,6 +424,7 @@ SECTIONS: dict[str, type[Any]] = {
     "signing": SigningSettings,
     "fleet": FleetSettings,
     "retention": RetentionSettings,
+    "web": WebSettings,
 }
 
 

@@ -160,6 +160,11 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
     return next((verdict for verdict in _WORST_FIRST if verdict in found), Verdict.MISSING)
 
 
+def state_verdict(state: TargetState) -> Verdict:
+    """The verdict of an image whose target is in ``state`` (the coverage page asks too)."""
+    return _BY_STATE[state]
+
+
 def _node(entry: NodeNeeds, records: Mapping[str, TargetRecord]) -> NodeCoverage:
     node = entry.node
     images = tuple(_image(need, records) for need in entry.needs)

@@ -6,6 +6,8 @@ Routes:
   kubelet restarts the container when it fails.
 - ``GET /readyz``: 200 when ``ready()`` says so, else 503 with the reason as text.
 - ``GET /metrics``: the Prometheus text format from ``metrics()``.
+- the coverage page and its JSON API (``web/overview.py``) when ``pages`` is given: ``/``,
+  ``/static/...``, ``/api/...``; GET and HEAD only.
 - ``POST /slack/commands``: the RAW body and the headers go to ``slack(body, headers)``,
   which answers ``(status, content type, body)``; Slack signs the raw bytes, so nothing
   here parses them. 404 when no handler is mounted.
@@ -27,7 +29,10 @@ import threading
 from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from releasebot.web.overview import OverviewApp
 
 log = logging.getLogger("releasebot.web")
 
@@ -50,10 +55,11 @@ class HttpServer:
         host: str,
         port: int,
         *,
-        alive: Callable[[], bool],
-        ready: Callable[[], tuple[bool, str]],
-        metrics: Callable[[], bytes],
+        alive: Callable[[], bool] | None = None,
+        ready: Callable[[], tuple[bool, str]] | None = None,
+        metrics: Callable[[], bytes] | None = None,
         slack: SlackHandler | None = None,
+        pages: OverviewApp | None = None,
         max_body: int = MAX_BODY_BYTES,
         timeout: float = REQUEST_TIMEOUT_SECONDS,
     ) -> None:
@@ -61,6 +67,7 @@ class HttpServer:
         self.ready = ready
         self.metrics = metrics
         self.slack = slack
+        self.pages = pages
         self.max_body = max_body
         handler = type("Handler", (_Handler,), {"app": self, "timeout": timeout})
         family_host = host.strip("[]")
@@ -109,22 +116,33 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            ok = self._call(self.app.alive)
+        app = self.app
+        if app.pages is not None and app.pages.owns(path):
+            pages = app.pages
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            answer = self._call(lambda: pages(self.path, headers))
+            if answer is None:
+                self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
+            else:
+                self._send(answer.status, answer.content_type, answer.body, answer.headers)
+        elif path == "/healthz" and app.alive is not None:
+            ok = self._call(app.alive)
             self._text(
                 HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, "ok" if ok else "dead"
             )
-        elif path == "/readyz":
-            ready, why = self._call(self.app.ready) or (False, "readiness check failed")
+        elif path == "/readyz" and app.ready is not None:
+            ready, why = self._call(app.ready) or (False, "readiness check failed")
             self._text(HTTPStatus.OK if ready else HTTPStatus.SERVICE_UNAVAILABLE, why or "ready")
-        elif path == "/metrics":
-            body = self._call(self.app.metrics)
+        elif path == "/metrics" and app.metrics is not None:
+            body = self._call(app.metrics)
             if body is None:
                 self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "metrics failed")
             else:
                 self._send(HTTPStatus.OK, METRICS_CONTENT_TYPE, body)
         else:
             self._text(HTTPStatus.NOT_FOUND, "not found")
+
+    do_HEAD = do_GET
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -158,11 +176,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _text(self, status: int, text: str) -> None:
         self._send(status, "text/plain; charset=utf-8", (text + "\n").encode())
 
-    def _send(self, status: int, content_type: str, body: bytes) -> None:
+    def _send(
+        self, status: int, content_type: str, body: bytes, headers: Mapping[str, str] = {}
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
+        self.send_header("Cache-Control", "no-cache" if "ETag" in headers else "no-store")
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)

@@ -28,6 +28,7 @@ from releasebot.wiring.core import open_engine, reconcile_service
 from releasebot.wiring.guard import GUARD_TTL, SharedGuard, guard_holder, run_identity
 from releasebot.wiring.retention import retention_service
 from releasebot.wiring.slack import slack_hooks
+from releasebot.wiring.web import listen_address, overview_app
 
 if TYPE_CHECKING:
     from releasebot.domain.ports import LeaderElector
@@ -145,6 +146,9 @@ def run_service(
             options=runner_options(settings),
         )
         host, _, port = run.listen.rpartition(":")
+        web = settings.web
+        pages = overview_app(settings, SqlStateStore(engine)) if web.enabled else None
+        own_port = pages is not None and web.listen not in ("", run.listen)
         try:
             server = HttpServer(
                 host,
@@ -153,11 +157,22 @@ def run_service(
                 ready=runner.readiness,
                 metrics=metrics.render,
                 slack=hooks.slack,
+                pages=None if own_port else pages,
             )
         except OSError as error:
             raise ConfigError("run.listen", f"cannot listen on {run.listen}: {error}") from None
+        page_server = None
+        if own_port:
+            page_host, page_port = listen_address("web.listen", web.listen)
+            try:
+                page_server = HttpServer(page_host, page_port, pages=pages)
+            except OSError as error:
+                server.close()
+                raise ConfigError("web.listen", f"cannot listen on {web.listen}: {error}") from None
         runner.start()
         server.start()
+        if page_server is not None:
+            page_server.start()
         logging.getLogger("releasebot.run").info(
             "releasebot run started", extra={"identity": identity, "listen": run.listen}
         )
@@ -166,6 +181,8 @@ def run_service(
         finished = runner.stop()
         slack.close()  # the Slack hooks, after the leadership was given up
         server.close()
+        if page_server is not None:
+            page_server.close()
         if not finished:
             logging.shutdown()
             os._exit(0)  # the cycle's thread cannot be interrupted; its state is safe

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.builds import KanikoPlayer
@@ -81,6 +82,17 @@ def test_run_serves_probes_and_metrics_and_stops_on_sigterm(
         assert bot.metric("releasebot_targets", state="published") == 1
         assert bot.metric("releasebot_build_duration_seconds_count") == 1
         assert bot.get("/nothing").status_code == 404  # type: ignore[union-attr]
+        # the coverage page and its API, on the probes' port ([web] listen left empty)
+        page = bot.get("/")
+        assert page is not None
+        assert page.status_code == 200
+        assert "/static/app.js" in page.text
+        matrix = bot.get("/api/targets").json()  # type: ignore[union-attr]
+        [row] = matrix["rows"]
+        assert [cell["state"] for cell in row["cells"]] == ["published"]
+        detail = bot.get(f"/api/targets/{TAG}").json()  # type: ignore[union-attr]
+        assert detail["digest"] == digest
+        assert detail["builds"][0]["jobs"][0]["job_name"] == job
 
         assert bot.terminate(timeout=20) == 0
         output = bot.output()
@@ -93,6 +105,34 @@ def test_run_serves_probes_and_metrics_and_stops_on_sigterm(
     assert decisions[0]["tag"] == TAG
     assert digest in decisions[0]["message"]
     assert any(line["message"] == "shutting down" for line in lines)
+
+
+@pytest.mark.timeout(60)
+def test_the_page_on_a_port_of_its_own(config: Path, tmp_path: Path) -> None:
+    page_port = free_port()
+    env = {
+        "RELEASEBOT_RUN_IDENTITY": "replica-a",
+        "RELEASEBOT_WEB_LISTEN": f"127.0.0.1:{page_port}",
+    }
+    with ReleasebotProcess(
+        ["run", "--config", str(config)], tmp_path / "run.log", port=port_of(config), env=env
+    ) as bot:
+        bot.wait_serving()
+        page = f"http://127.0.0.1:{page_port}"
+        feeds = wait_for(lambda: _answer(page + "/api/feeds"), timeout=20, what="the page")
+        assert feeds.status_code == 200
+        assert httpx.get(page + "/healthz").status_code == 404
+        assert httpx.get(page + "/metrics").status_code == 404
+        assert bot.get("/api/feeds").status_code == 404  # type: ignore[union-attr]
+        assert bot.get("/healthz").status_code == 200  # type: ignore[union-attr]
+        assert bot.terminate(timeout=20) == 0
+
+
+def _answer(url: str) -> httpx.Response | None:
+    try:
+        return httpx.get(url, timeout=2)
+    except httpx.TransportError:
+        return None
 
 
 def test_a_bad_setting_exits_2_with_one_line(config: Path, tmp_path: Path) -> None:

@@ -112,3 +112,36 @@ def test_close_frees_the_port(state: State) -> None:
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))  # would fail while still listening
+
+
+class _Pages:
+    """Answers every path it owns with its own path; ``/api/boom`` raises."""
+
+    def owns(self, path: str) -> bool:
+        return path == "/" or path.startswith("/api/")
+
+    def __call__(self, target: str, headers: Mapping[str, str]) -> object:
+        from releasebot.web.overview import WebAnswer
+
+        if target == "/api/boom":
+            raise RuntimeError("page bug")
+        body = f"{target} {headers.get('if-none-match')}".encode()
+        return WebAnswer(200, "text/plain", body, {"ETag": '"e"'})
+
+
+def test_pages_get_their_paths_and_the_probes_can_be_left_out() -> None:
+    server = HttpServer("127.0.0.1", 0, pages=_Pages()).start()  # type: ignore[arg-type]
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=5) as client:
+            answer = client.get("/api/x?y=1", headers={"If-None-Match": '"a"'})
+            assert answer.text == '/api/x?y=1 "a"'
+            assert answer.headers["ETag"] == '"e"'
+            assert answer.headers["Cache-Control"] == "no-cache"
+            head = client.head("/")
+            assert (head.status_code, head.content) == (200, b"")
+            assert client.get("/api/boom").status_code == 500
+            assert "page bug" not in client.get("/api/boom").text
+            for probe in ("/healthz", "/readyz", "/metrics", "/other"):
+                assert client.get(probe).status_code == 404, probe
+    finally:
+        server.close()

@@ -1,0 +1,107 @@
+"""Use case: what the coverage page and its JSON API show, read through the store's port.
+
+Each question is one short series of reads (``StateStore``) handed to the pure builders of
+``domain.overview``; nothing is written, nothing reaches the cluster, the registry or
+Slack, so the page can be asked as often as browsers like. A store that cannot answer
+raises ``StoreUnavailableError`` (any ``ReleasebotError`` the store raises is turned into
+one, so the web layer answers 503 with its one line, never a traceback).
+
+Deliberately not here: HTTP, query strings, ETags (``web/overview.py``); caching (the
+answers are small and every read is one indexed query).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from releasebot.domain import overview
+from releasebot.domain.errors import ReleasebotError, StoreUnavailableError
+from releasebot.domain.events import build_key
+from releasebot.domain.models import FlatcarRelease, TargetState
+from releasebot.domain.ports import StateStore
+
+_T = TypeVar("_T")
+FLATCAR_FEED_PREFIX = "flatcar/"
+
+
+@dataclass(frozen=True)
+class OverviewOptions:
+    repository: str
+    """The driver repository, for the pull reference (``host/path``: no credential)."""
+    gate: bool = False
+    """Whether the reboot gate is on (the page shows each node's gate then)."""
+
+
+class OverviewService:
+    """The page's questions, answered from the store."""
+
+    def __init__(self, store: StateStore, options: OverviewOptions) -> None:
+        self._store = store
+        self._options = options
+
+    def targets(
+        self,
+        *,
+        state: TargetState | None = None,
+        flatcar: str | None = None,
+        driver: str | None = None,
+    ) -> overview.Json:
+        def read() -> overview.Json:
+            return overview.matrix_view(
+                self._store.targets(),
+                self._store.fleet_nodes(),
+                self._releases(),
+                state=state,
+                flatcar=flatcar,
+                driver=driver,
+            )
+
+        return _answer(read)
+
+    def target(self, tag: str) -> overview.Json | None:
+        """One target's detail; ``None`` when the store has no such tag."""
+
+        def read() -> overview.Json | None:
+            record = self._store.target(tag)
+            if record is None:
+                return None
+            key = build_key(record.tag, record.attempts)
+            return overview.target_detail(
+                record,
+                self._store.builds(tag=tag),
+                self._store.outbox_events(key),
+                self._store.message_ref(key),
+                repository=self._options.repository,
+                release=self._releases().get(record.target.flatcar_version.text),
+            )
+
+        return _answer(read)
+
+    def fleet(self) -> overview.Json:
+        def read() -> overview.Json:
+            return overview.fleet_view(
+                self._store.fleet_nodes(), self._store.targets(), gate=self._options.gate
+            )
+
+        return _answer(read)
+
+    def feeds(self) -> overview.Json:
+        return _answer(lambda: overview.feeds_view(self._store.feed_states()))
+
+    def _releases(self) -> dict[str, FlatcarRelease]:
+        releases: list[FlatcarRelease] = []
+        for feed in self._store.feed_states():
+            if feed.name.startswith(FLATCAR_FEED_PREFIX):
+                releases.extend(self._store.flatcar_releases(feed.name))
+        return overview.releases_by_version(releases)
+
+
+def _answer(read: Callable[[], _T]) -> _T:
+    try:
+        return read()
+    except StoreUnavailableError:
+        raise
+    except ReleasebotError as error:
+        raise StoreUnavailableError(f"the state store cannot answer: {error}") from error

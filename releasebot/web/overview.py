@@ -1,0 +1,221 @@
+"""The coverage page and its JSON API as HTTP answers (``OverviewApp``), for ``HttpServer``.
+
+Routes (GET and HEAD only; everything is read-only):
+
+- ``/``: the page (``static/index.html``), which draws itself from the API below with
+  ``static/app.js`` and ``static/style.css``; nothing is fetched from the internet;
+- ``/api/targets[?state=S&flatcar=V&driver=D]``: the driver x Flatcar matrix;
+- ``/api/targets/<tag>``: one target's detail (404 when unknown);
+- ``/api/fleet``: the banner, the GPU nodes and their gate; ``/api/feeds``: feed health;
+- ``/api/openapi.json``: the OpenAPI 3 document describing these answers.
+
+Every 200 carries an ``ETag`` (a hash of the body), and a request whose ``If-None-Match``
+names it gets ``304`` with no body, so the page's periodic refresh costs little. Unknown
+paths are 404; an unknown parameter or a bad value is 400 with one line saying which; a
+store that cannot answer is 503 with a line saying so (the page shows it; the log says
+why). A JSON body never holds a secret: the service reads targets, builds, feeds and the
+fleet, never settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from importlib.resources import files
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote
+
+from releasebot.domain.errors import StoreUnavailableError
+from releasebot.domain.models import TargetState
+from releasebot.domain.versions import DriverVersion, FlatcarVersion, is_oci_tag
+from releasebot.edge.text import one_line
+from releasebot.web.openapi import openapi_document
+
+log = logging.getLogger("releasebot.web")
+
+JSON = "application/json"
+QUERY_MAX_CHARS = 512
+STORE_DOWN = "the state store cannot be reached right now; releasebot's log says why"
+_STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+_SECURITY_HEADERS = {
+    # Everything comes from this server; the page runs no inline script and no frame.
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+@dataclass(frozen=True)
+class WebAnswer:
+    status: int
+    content_type: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class OverviewQueries(Protocol):
+    """What the page asks (``service.overview.OverviewService``); each raises
+    ``StoreUnavailableError`` when the store cannot answer."""
+
+    def targets(
+        self,
+        *,
+        state: TargetState | None = None,
+        flatcar: str | None = None,
+        driver: str | None = None,
+    ) -> dict[str, object]: ...
+
+    def target(self, tag: str) -> dict[str, object] | None: ...
+
+    def fleet(self) -> dict[str, object]: ...
+
+    def feeds(self) -> dict[str, object]: ...
+
+
+class BadRequestError(ValueError):
+    """A query the API does not take; ``str()`` is the line the client gets."""
+
+
+class OverviewApp:
+    """Answers the page's and the API's GET requests; ``None`` for paths it does not own."""
+
+    def __init__(self, service: OverviewQueries) -> None:
+        self._service = service
+        self._static: dict[str, bytes] = {}
+        self._last_store_error: str | None = None
+
+    def owns(self, path: str) -> bool:
+        return path in _STATIC or path == "/api" or path.startswith(("/api/", "/static/"))
+
+    def __call__(self, target: str, headers: Mapping[str, str]) -> WebAnswer:
+        path, _, query = target.partition("?")
+        try:
+            answer = self._route(unquote(path), query)
+        except BadRequestError as error:
+            answer = _json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+        except StoreUnavailableError as error:
+            # The store's line names the database (host, user): the log has it, the page,
+            # which anybody reaching the port reads, says only what it means.
+            line = one_line(str(error), 300)
+            if line != self._last_store_error:
+                log.warning("coverage page: %s", line)
+            self._last_store_error = line
+            answer = _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": STORE_DOWN})
+        else:
+            self._last_store_error = None
+        return _conditional(answer, headers.get("if-none-match"))
+
+    def _route(self, path: str, query: str) -> WebAnswer:
+        if path in _STATIC:
+            _no_query(query)
+            name, content_type = _STATIC[path]
+            return WebAnswer(HTTPStatus.OK, content_type, self._file(name))
+        if path == "/api/openapi.json":
+            _no_query(query)
+            return _json(HTTPStatus.OK, openapi_document())
+        if path == "/api/targets":
+            params = _params(query, {"state", "flatcar", "driver"})
+            return _json(
+                HTTPStatus.OK,
+                self._service.targets(
+                    state=_state(params.get("state")),
+                    flatcar=_version(params.get("flatcar"), FlatcarVersion.is_valid, "flatcar"),
+                    driver=_version(params.get("driver"), DriverVersion.is_valid, "driver"),
+                ),
+            )
+        if path.startswith("/api/targets/"):
+            _no_query(query)
+            tag = path.removeprefix("/api/targets/")
+            if not is_oci_tag(tag):
+                raise BadRequestError(f"{_shown(tag)} is not an image tag")
+            detail = self._service.target(tag)
+            if detail is None:
+                return _json(HTTPStatus.NOT_FOUND, {"error": f"no target {tag}"})
+            return _json(HTTPStatus.OK, detail)
+        if path == "/api/fleet":
+            _no_query(query)
+            return _json(HTTPStatus.OK, self._service.fleet())
+        if path == "/api/feeds":
+            _no_query(query)
+            return _json(HTTPStatus.OK, self._service.feeds())
+        return _json(HTTPStatus.NOT_FOUND, {"error": "not found"})
+
+    def _file(self, name: str) -> bytes:
+        if name not in self._static:
+            self._static[name] = (files("releasebot.web") / "static" / name).read_bytes()
+        return self._static[name]
+
+
+def _json(status: int, body: Mapping[str, Any]) -> WebAnswer:
+    payload = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode()
+    return WebAnswer(status, JSON, payload)
+
+
+def _conditional(answer: WebAnswer, if_none_match: str | None) -> WebAnswer:
+    headers = dict(_SECURITY_HEADERS)
+    if answer.status == HTTPStatus.OK:
+        etag = '"' + hashlib.sha256(answer.body).hexdigest()[:32] + '"'
+        headers["ETag"] = etag
+        if if_none_match is not None and _matches(if_none_match, etag):
+            return WebAnswer(HTTPStatus.NOT_MODIFIED, answer.content_type, b"", headers)
+    return WebAnswer(answer.status, answer.content_type, answer.body, {**headers, **answer.headers})
+
+
+def _matches(if_none_match: str, etag: str) -> bool:
+    tags = {item.strip().removeprefix("W/") for item in if_none_match.split(",")}
+    return "*" in tags or etag in tags
+
+
+def _shown(value: str) -> str:
+    return repr(one_line(value, 80))
+
+
+def _no_query(query: str) -> None:
+    if query:
+        raise BadRequestError("this address takes no query parameters")
+
+
+def _params(query: str, known: set[str]) -> dict[str, str]:
+    if len(query) > QUERY_MAX_CHARS:
+        raise BadRequestError(f"the query is longer than {QUERY_MAX_CHARS} characters")
+    try:
+        parsed = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise BadRequestError("the query string does not parse") from None
+    params = {}
+    for name, values in parsed.items():
+        if name not in known:
+            raise BadRequestError(
+                f"unknown parameter {_shown(name)}; known: {', '.join(sorted(known))}"
+            )
+        if len(values) != 1:
+            raise BadRequestError(f"parameter {name} given {len(values)} times")
+        params[name] = values[0]
+    return params
+
+
+def _state(value: str | None) -> TargetState | None:
+    if value is None:
+        return None
+    try:
+        return TargetState(value)
+    except ValueError:
+        known = ", ".join(state.value for state in TargetState)
+        raise BadRequestError(f"state {_shown(value)} is not one of {known}") from None
+
+
+def _version(value: str | None, valid: Callable[[str], bool], name: str) -> str | None:
+    if value is None:
+        return None
+    if not valid(value):
+        raise BadRequestError(f"{name} {_shown(value)} is not a {name} version")
+    return value

@@ -1,0 +1,181 @@
+"""The coverage page, wired: its app on a store, and ``releasebot demo --serve``.
+
+``overview_app`` puts ``web.overview.OverviewApp`` over ``service.overview`` for the
+settings' repository and gate. ``serve_demo`` serves it on the demo's SQLite file after
+``releasebot demo`` planned, with a few builds simulated in the states a real installation
+shows (published and signed, building, failed with its log tail, retrying), so a newcomer
+sees the page in one command. The simulated rows only ever go to the demo's own database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from releasebot.config import Settings
+from releasebot.domain.builds import BuildRecord, BuildState, FailureReason, job_name
+from releasebot.domain.errors import ConfigError
+from releasebot.domain.events import EventKind, MessageRef, build_event
+from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.ports import StateStore
+from releasebot.service.overview import OverviewOptions, OverviewService
+from releasebot.web.overview import OverviewApp
+from releasebot.web.server import HttpServer
+from releasebot.wiring.core import open_store, utc_now
+
+DEMO_FINGERPRINT = "SHA256:demo0kEyFiNgErPrInT0nLyF0rThEdEm0"
+_DEMO_LOG = """\
++ build-modules 580.105.08 6.12.54-flatcar
+  CC [M]  nvidia/nv.o
+  CC [M]  nvidia/os-interface.o
+nvidia/os-interface.c:412:5: error: implicit declaration of function 'vm_flags_set'
+make[2]: *** [scripts/Makefile.build:243: nvidia/os-interface.o] Error 1
+error: building the kernel modules failed (exit 2)"""
+
+
+def overview_app(settings: Settings, store: StateStore) -> OverviewApp:
+    """The page and API of ``settings`` on ``store``."""
+    options = OverviewOptions(
+        repository=settings.registry.repository,
+        gate=settings.fleet.enabled and settings.fleet.gate,
+    )
+    return OverviewApp(OverviewService(store, options))
+
+
+def listen_address(key: str, listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(key, f"must be HOST:PORT (e.g. 127.0.0.1:8080), got {listen!r}")
+    return host, int(port)
+
+
+def serve_demo(
+    settings: Settings,
+    listen: str,
+    stop: threading.Event,
+    on_ready: Callable[[str], None],
+) -> int:
+    """Simulate builds in the demo's store, serve the page on ``listen`` until ``stop``."""
+    host, port = listen_address("--listen", listen)
+    with open_store(settings.database.url) as store:
+        seed_demo_builds(store)
+        # as if the reboot gate were on, so the page shows what it would hold
+        shown = replace(settings, fleet=replace(settings.fleet, enabled=True, gate=True))
+        try:
+            server = HttpServer(host, port, pages=overview_app(shown, store))
+        except OSError as error:
+            raise ConfigError("--listen", f"cannot listen on {listen}: {error}") from None
+        server.start()
+        name = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+        on_ready(f"http://{name}:{server.port}/")
+        try:
+            stop.wait()
+        finally:
+            server.close()
+    return 0
+
+
+def seed_demo_builds(store: StateStore) -> list[str]:
+    """Give the demo's targets a simulated history, in plan order (newest release first):
+    the first builds, the second failed with its log tail, the third retries, the last
+    stays missing, the others are published and signed. The tags it changed."""
+    now = utc_now()
+    records = store.targets()
+    if len(records) < 5:
+        return []
+    changed = []
+    for index, record in enumerate(records[:-1]):
+        if index == 0:
+            target = replace(record, state=TargetState.BUILDING, attempts=1, updated_at=now)
+            rows = _demo_builds(record, 1, BuildState.RUNNING, now)
+        elif index == 1:
+            target = replace(
+                record,
+                state=TargetState.FAILED,
+                attempts=1,
+                last_error="the kernel modules do not build: see the log tail",
+                updated_at=now - timedelta(minutes=20),
+            )
+            rows = _demo_builds(
+                record,
+                1,
+                BuildState.FAILED,
+                now,
+                reason=FailureReason.EXIT_CODE,
+                message="the build container exited with code 2",
+                log_tail=_DEMO_LOG,
+                finished_at=now - timedelta(minutes=20),
+            )
+        elif index == 2:
+            target = replace(
+                record,
+                state=TargetState.RETRYING,
+                attempts=2,
+                next_attempt_at=now + timedelta(minutes=4),
+                last_error="pushing the image failed: 503 from the registry",
+                updated_at=now,
+            )
+            rows = _demo_builds(
+                record,
+                2,
+                BuildState.FAILED,
+                now,
+                reason=FailureReason.PUSH_UNVERIFIED,
+                message="error pushing image: 503 Service Unavailable",
+                log_tail="error pushing image: 503 Service Unavailable",
+                finished_at=now,
+            )
+        else:
+            digest = "sha256:" + hashlib.sha256(record.tag.encode()).hexdigest()
+            published_at = now - timedelta(hours=2 + index)
+            target = replace(
+                record,
+                state=TargetState.PUBLISHED,
+                attempts=1,
+                digest=digest,
+                published_at=published_at,
+                updated_at=published_at,
+            )
+            rows = _demo_builds(
+                record, 1, BuildState.SUCCEEDED, now, digest=digest, finished_at=published_at
+            )
+        events = []
+        if target.state is TargetState.PUBLISHED:
+            event = build_event(
+                EventKind.TAG_PUBLISHED, target, now, rows, 3, signed_by=DEMO_FINGERPRINT
+            )
+            events.append(event)
+        store.save(targets=[target], builds=rows, events=events)
+        changed.append(record.tag)
+    for stored in store.pending_events(now + timedelta(days=1), limit=1000):
+        if stored.event.kind is EventKind.TAG_PUBLISHED:
+            ref = MessageRef(stored.event.message_key, "C0DEMO0000", "1764633600.000100")
+            store.mark_delivered(stored.id, now, ref)
+    return changed
+
+
+def _demo_builds(
+    record: TargetRecord,
+    attempt: int,
+    state: BuildState,
+    now: datetime,
+    **fields: Any,
+) -> list[BuildRecord]:
+    started = now - timedelta(minutes=25 * attempt)
+    return [
+        BuildRecord(
+            tag=record.tag,
+            arch=arch,
+            attempt=attempt,
+            job_name=job_name(record.tag, arch, attempt),
+            destination_tag=record.tag,
+            state=state,
+            created_at=started,
+            **fields,
+        )
+        for arch in record.target.arches
+    ]

@@ -1,0 +1,210 @@
+"""The coverage page's JSON API over real HTTP on a real SQLite store: every answer
+validated against the OpenAPI document the server itself serves; ETag and 304; 404 for
+unknown paths and targets, 400 naming a bad query, 503 when the store is down; hostile
+stored text comes out without control characters; no secret is ever in an answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from releasebot.config import Settings
+from releasebot.domain.models import TargetState
+from releasebot.store.engine import make_engine
+from releasebot.store.sql import SqlStateStore
+from releasebot.wiring import open_store, utc_now
+from tests.support.overview import (
+    BUILDING_TAG,
+    COVERED_TAGS,
+    FAILED_TAG,
+    PageServer,
+    seed_overview,
+    set_state,
+)
+
+SECRET = "hunter2-registry-password"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqlStateStore]:
+    with open_store(f"sqlite:///{tmp_path / 'releasebot.db'}") as store:
+        seed_overview(store, utc_now())
+        yield store
+
+
+@pytest.fixture
+def page(store: SqlStateStore) -> Iterator[PageServer]:
+    settings = Settings()
+    settings = replace(settings, registry=replace(settings.registry, password=SECRET))
+    with PageServer(store, settings) as server:
+        yield server
+
+
+def _validator(document: dict[str, Any], name: str) -> jsonschema.Draft202012Validator:
+    resource = Resource.from_contents(document, default_specification=DRAFT202012)
+    registry = Registry().with_resource("urn:openapi", resource)
+    return jsonschema.Draft202012Validator(
+        {"$ref": f"urn:openapi#/components/schemas/{name}"}, registry=registry
+    )
+
+
+def _get(page: PageServer, path: str, **headers: str) -> httpx.Response:
+    return httpx.get(page.url + path, headers=headers, timeout=10)
+
+
+def test_every_answer_validates_against_the_served_schema(page: PageServer) -> None:
+    document = _get(page, "/api/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    for schema in document["components"]["schemas"].values():
+        jsonschema.Draft202012Validator.check_schema(schema)  # OpenAPI 3.1 is JSON Schema
+    for path, item in document["paths"].items():
+        for answer in item["get"]["responses"].values():
+            for content in answer.get("content", {}).values():
+                ref = content["schema"]["$ref"].rsplit("/", 1)[1]
+                assert ref in document["components"]["schemas"], (path, ref)
+    checks = {
+        "/api/targets": "Matrix",
+        "/api/targets?state=failed": "Matrix",
+        f"/api/targets/{FAILED_TAG}": "Target",
+        f"/api/targets/{COVERED_TAGS[0]}": "Target",
+        "/api/fleet": "Fleet",
+        "/api/feeds": "Feeds",
+        "/api/targets?state=nonsense": "Error",
+        "/api/targets/580.1-flatcar9.9.9": "Error",
+    }
+    for path, schema in checks.items():
+        answer = _get(page, path)
+        _validator(document, schema).validate(answer.json())
+    # the schema is closed: an extra field fails validation, so the test can fail
+    extra = _get(page, "/api/fleet").json() | {"surprise": 1}
+    with pytest.raises(jsonschema.ValidationError):
+        _validator(document, "Fleet").validate(extra)
+
+
+def test_the_matrix_has_the_seeded_states(page: PageServer) -> None:
+    matrix = _get(page, "/api/targets").json()
+    assert matrix["drivers"] == ["580.178.04", "570.195.03"]
+    rows = {row["flatcar_version"]: row for row in matrix["rows"]}
+    assert [cell["state"] for cell in rows["4593.2.5"]["cells"]] == ["published", "published"]
+    assert [cell["state"] for cell in rows["4593.2.4"]["cells"]] == ["failed", "building"]
+    assert rows["4593.2.5"]["nodes_running"] == 2
+    assert rows["4593.2.5"]["channel"] == "stable"
+    assert rows["4593.2.5"]["cells"][0]["published_after_seconds"] > 0
+    only_failed = _get(page, "/api/targets?state=failed").json()
+    assert [r["flatcar_version"] for r in only_failed["rows"]] == ["4593.2.4"]
+    assert only_failed["rows"][0]["cells"][1] is None
+
+
+def test_the_banner_follows_the_store(page: PageServer, store: SqlStateStore) -> None:
+    fleet = _get(page, "/api/fleet").json()
+    assert fleet["banner"] == {
+        "covered": True,
+        "text": "2 GPU nodes on 1 Flatcar version: all covered",
+        "uncovered": [],
+    }
+    assert fleet["ignored"][0]["name"] == "gpu-u"
+    set_state(store, COVERED_TAGS[0], TargetState.MISSING)
+    banner = _get(page, "/api/fleet").json()["banner"]
+    assert not banner["covered"]
+    assert banner["uncovered"][0]["nodes"] == ["gpu-a", "gpu-b"]
+    assert banner["uncovered"][0]["verdict"] == "missing"
+    assert "2 nodes run 4593.2.5 without an image (missing) since" in banner["text"]
+
+
+def test_etag_and_not_modified(page: PageServer, store: SqlStateStore) -> None:
+    for path in ("/", "/static/app.js", "/api/targets", "/api/fleet", "/api/feeds"):
+        first = _get(page, path)
+        assert first.status_code == 200, path
+        etag = first.headers["ETag"]
+        again = _get(page, path, **{"If-None-Match": etag})
+        assert again.status_code == 304, path
+        assert again.content == b""
+    etag = _get(page, "/api/targets").headers["ETag"]
+    set_state(store, BUILDING_TAG, TargetState.PUBLISHED)
+    changed = _get(page, "/api/targets", **{"If-None-Match": etag})
+    assert changed.status_code == 200
+    assert changed.headers["ETag"] != etag
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "says"),
+    [
+        ("/nope", 404, "not found"),
+        ("/api/nope", 404, "not found"),
+        ("/api/targets/595.1.1-flatcar1.2.3", 404, "no target"),
+        ("/api/targets?state=bogus", 400, "state 'bogus' is not one of"),
+        ("/api/targets?colour=red", 400, "unknown parameter 'colour'"),
+        ("/api/targets?flatcar=latest", 400, "flatcar 'latest' is not a flatcar version"),
+        ("/api/targets?state=failed&state=missing", 400, "given 2 times"),
+        ("/api/targets/%0a%1b", 400, "is not an image tag"),
+        ("/api/fleet?x=1", 400, "takes no query parameters"),
+        ("/api/targets?" + "a" * 600, 400, "longer than"),
+    ],
+)
+def test_bad_requests_get_one_line(page: PageServer, path: str, status: int, says: str) -> None:
+    answer = _get(page, path)
+    assert answer.status_code == status
+    if path.startswith("/api"):
+        assert says in answer.json()["error"]
+        assert "\n" not in answer.json()["error"]
+        assert "Traceback" not in answer.text
+    else:
+        assert says in answer.text
+
+
+def test_hostile_stored_text_loses_its_control_characters(page: PageServer) -> None:
+    detail = _get(page, f"/api/targets/{FAILED_TAG}").json()
+    feeds = _get(page, "/api/feeds").json()["feeds"]
+    error = next(feed for feed in feeds if feed["name"] == "nvidia")["last_error"]
+    for value in (detail["last_error"], detail["builds"][0]["jobs"][0]["log_tail"], error):
+        assert "\x1b" not in value
+        assert "<script>" in value  # kept as text; the page never parses it as markup
+    assert detail["builds"][0]["jobs"][0]["log_tail"].startswith("make: *** [modules] Error 2\n")
+    assert _get(page, "/").headers["Content-Security-Policy"].startswith("default-src 'self'")
+
+
+def test_no_secret_in_any_answer(page: PageServer) -> None:
+    for path in (
+        "/",
+        "/api/targets",
+        f"/api/targets/{COVERED_TAGS[0]}",
+        "/api/fleet",
+        "/api/feeds",
+        "/api/openapi.json",
+    ):
+        assert SECRET not in _get(page, path).text
+    detail = _get(page, f"/api/targets/{COVERED_TAGS[0]}").json()
+    assert detail["pull"] == "registry.example.com/nvidia/driver@sha256:" + "ab" * 32
+
+
+def test_a_store_that_is_down_answers_503_and_the_page_still_loads(tmp_path: Path) -> None:
+    # PostgreSQL on a port nobody listens on: every read fails to connect
+    engine = make_engine("postgresql+psycopg://releasebot@127.0.0.1:9/none")
+    try:
+        with PageServer(SqlStateStore(engine)) as page:
+            for path in ("/api/targets", "/api/fleet", "/api/feeds", f"/api/targets/{FAILED_TAG}"):
+                answer = _get(page, path)
+                assert answer.status_code == 503, path
+                body = answer.json()
+                assert body["error"].startswith("the state store"), body
+                assert "Traceback" not in answer.text
+            assert _get(page, "/").status_code == 200
+    finally:
+        engine.dispose()
+
+
+def test_head_answers_without_a_body(page: PageServer) -> None:
+    answer = httpx.head(page.url + "/api/fleet", timeout=10)
+    assert answer.status_code == 200
+    assert answer.content == b""
+    assert int(answer.headers["Content-Length"]) > 0
+    assert json.loads(_get(page, "/api/fleet").text)["gpu_nodes"] == 2
