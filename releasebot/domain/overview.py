@@ -61,6 +61,7 @@ STATE_WORDS: Mapping[TargetState, str] = {
     TargetState.PUBLISHED: "published",
     TargetState.STALE: "stale: rebuilding",
     TargetState.FAILED: "failed",
+    TargetState.INCOMPATIBLE: "incompatible: does not compile",
 }
 """Each state in words, so a cell never says it by colour alone."""
 

@@ -13,6 +13,7 @@ from releasebot.domain.events import EventKind, MessageRef, StoredEvent, build_e
 from releasebot.domain.fleet_records import FleetObservation, FleetRecord
 from releasebot.domain.models import FeedState, TargetRecord, TargetState, Validators
 from releasebot.domain.overview import (
+    STATE_WORDS,
     cell_words,
     current_fleet,
     feeds_view,
@@ -227,3 +228,11 @@ def test_cell_words_and_feeds() -> None:
     assert public_url("file:///srv/feeds/releases-stable.json") == (
         "file:///srv/feeds/releases-stable.json"
     )
+
+
+def test_every_target_state_has_words_for_its_cell() -> None:
+    """A state added to the lifecycle without words would break the page on its first cell."""
+    assert set(STATE_WORDS) == set(TargetState)
+    for state in TargetState:
+        record = replace(TargetRecord.new(make_target(), now=NOW), state=state, attempts=2)
+        assert cell_words(record)
