@@ -307,4 +307,4 @@ def test_without_retention_there_is_no_retention_job(replica: Callable[..., Repl
             jobs = {job.id for job in runner._scheduler.get_jobs()}
         finally:
             runner.stop(timedelta(seconds=5))
-        assert jobs - {"lead", "cycle", "deliver"} == expected
+        assert jobs - {"lead", "follow", "cycle", "deliver"} == expected
