@@ -25,7 +25,6 @@ mounts carries ``auth`` or ``username``/``password``), and Docker Hub's host ali
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -45,6 +44,7 @@ from requests.utils import parse_header_links
 from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
 from releasebot.domain.versions import Arch
+from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.retry import (
     RetryPolicy,
     Sleep,
@@ -505,6 +505,10 @@ def _oras_session(host: str, *, insecure: bool, verify: bool | str) -> requests.
 # -- answers ---------------------------------------------------------------------------
 
 
+_ERROR_LIMITS = JsonLimits(max_bytes=64 * 1024)
+"""An error body is read for its first code and message only: a bigger one is not JSON."""
+
+
 def _raise_if_transient(answer: RegistryAnswer) -> None:
     status = answer.status
     if status in (408, 429) or 500 <= status < 600:
@@ -515,9 +519,9 @@ def _raise_if_transient(answer: RegistryAnswer) -> None:
 def _first_error(answer: RegistryAnswer) -> tuple[str, str]:
     """``(code, message)`` of the registry's JSON error body; empty strings when none."""
     try:
-        first = json.loads(answer.body)["errors"][0]
+        first = decode_json(answer.body, _ERROR_LIMITS)["errors"][0]  # type: ignore[index]
         return str(first.get("code", "")), str(first.get("message", ""))
-    except (ValueError, AttributeError, TypeError, IndexError, KeyError):
+    except (JsonRefusedError, AttributeError, TypeError, IndexError, KeyError):
         return "", ""
 
 
@@ -533,9 +537,9 @@ def _is_unknown_name(answer: RegistryAnswer) -> bool:
 
 def _json_object(host: str, body: bytes, what: str) -> dict[str, Any]:
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RegistryError(f"registry {host}: {what} is not JSON") from exc
+        document = decode_json(body)
+    except JsonRefusedError as exc:
+        raise RegistryError(f"registry {host}: {what} is not JSON: {exc.problem}") from exc
     if not isinstance(document, dict):
         raise RegistryError(f"registry {host}: {what} is not a JSON object")
     return document

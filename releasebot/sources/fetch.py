@@ -33,6 +33,7 @@ from releasebot.domain.errors import (
 )
 from releasebot.domain.models import Validators
 from releasebot.domain.ports import FetchedBody, FetchResult, Unchanged
+from releasebot.edge.parse import ValueRefusedError, parse_content_length
 from releasebot.edge.retry import (
     RetryPolicy,
     Sleep,
@@ -245,8 +246,11 @@ class HttpFeedFetcher:
         return FeedUnavailableError(feed, f"took longer than {self._deadline.total_seconds():g}s")
 
     def _read_body(self, feed: str, response: httpx.Response, ends: float) -> bytes:
-        declared = response.headers.get("Content-Length", "")
-        if declared.isascii() and declared.isdigit() and int(declared) > self._max_bytes:
+        try:
+            declared = parse_content_length(response.headers.get("Content-Length"))
+        except ValueRefusedError:
+            declared = None  # a malformed length: the read below is bounded anyway
+        if declared is not None and declared > self._max_bytes:
             raise FeedFormatError(feed, f"body of {declared} bytes is over {self._max_bytes}")
         chunks: list[bytes] = []
         size = 0

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from releasebot.config import Settings
 from releasebot.domain.errors import ConfigError
+from releasebot.edge.parse import parse_listen_address
 from releasebot.service.plan import FeedOutcome
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.lock import CycleGuard
@@ -134,7 +135,7 @@ def run_service(
             socket_connected=hooks.socket_connected,
             options=runner_options(settings),
         )
-        host, _, port = run.listen.rpartition(":")
+        host, port = parse_listen_address(run.listen)  # checked by the settings already
         try:
             server = HttpServer(
                 host,
