@@ -26,7 +26,6 @@ from slack_sdk.socket_mode.builtin import SocketModeClient
 from slack_sdk.socket_mode.client import BaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
-from slack_sdk.web import WebClient
 
 from releasebot.chat.slack import SlashCommandHandler, SlashRequest
 from releasebot.domain.errors import (
@@ -34,6 +33,7 @@ from releasebot.domain.errors import (
     SocketModeRejectedError,
     SocketModeUnavailableError,
 )
+from releasebot.edge.slackweb import BoundedWebClient
 
 log = logging.getLogger("releasebot.chat.socket")
 
@@ -81,7 +81,7 @@ class SocketModeFrontDoor:
         with self._lock:
             if self._client is not None:
                 return
-            web = WebClient(base_url=self._base_url, timeout=self._timeout, logger=log)
+            web = BoundedWebClient(base_url=self._base_url, timeout=self._timeout, logger=log)
             client = SocketModeClient(
                 self._token,
                 logger=log,

@@ -96,7 +96,9 @@ def decode_json(body: bytes | str, limits: JsonLimits = DEFAULT_LIMITS) -> objec
             f"truncated or invalid JSON at line {exc.lineno} column {exc.colno} ({detail})"
         ) from exc
     except RecursionError as exc:  # unreachable past _check_depth, kept as the last guard
-        raise JsonRefusedError(f"JSON nested too deeply (more than {limits.max_depth} levels)") from exc
+        raise JsonRefusedError(
+            f"JSON nested too deeply (more than {limits.max_depth} levels)"
+        ) from exc
     except ValueError as exc:  # a float json cannot read; never a traceback
         raise JsonRefusedError(f"unreadable JSON ({type(exc).__name__})") from exc
 
