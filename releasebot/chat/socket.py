@@ -34,6 +34,7 @@ from releasebot.domain.errors import (
     SocketModeUnavailableError,
 )
 from releasebot.edge.slackweb import BoundedWebClient
+from releasebot.edge.text import one_line
 
 log = logging.getLogger("releasebot.chat.socket")
 
@@ -94,7 +95,7 @@ class SocketModeFrontDoor:
                 client.connect()
             except SlackApiError as error:
                 _shut(client)
-                code = str(error.response.get("error", "unknown"))
+                code = one_line(error.response.get("error", "unknown"), 100)
                 if code in _AUTH_ERRORS:
                     raise SocketModeRejectedError(f"Slack refused the app token: {code}") from error
                 raise SocketModeUnavailableError(f"apps.connections.open: {code}") from error
