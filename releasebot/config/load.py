@@ -53,7 +53,10 @@ def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
     try:
         raw = read_regular_file(path, MAX_CONFIG_BYTES)
     except ValueRefusedError as error:
-        raise ConfigError("--config", f"{error} (give the path of a TOML file)") from None
+        problem = str(error)
+        if not problem.endswith("not found"):
+            problem += " (give the path of a TOML file)"
+        raise ConfigError("--config", problem) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as error:

@@ -179,7 +179,7 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     ``max_bytes + 1``. ``ValueRefusedError`` with one line for every refusal, OS errors
     included.
     """
-    shown = _shown(os.fspath(path), 120)
+    shown = _path_shown(os.fspath(path))
     check_path(os.fspath(path))
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -204,7 +204,7 @@ def read_secret_file(path: str | os.PathLike[str], max_bytes: int = MAX_SECRET_B
     """A secret kept in a file (a token, a password): UTF-8 text, surrounding whitespace
     stripped, one line. Refusals never quote the content."""
     data = read_regular_file(path, max_bytes)
-    shown = _shown(os.fspath(path), 120)
+    shown = _path_shown(os.fspath(path))
     try:
         text = data.decode("utf-8").strip()
     except UnicodeDecodeError as error:
@@ -226,6 +226,13 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"
+
+
+def _path_shown(text: str) -> str:
+    """A path for a message: as given when it is printable, else an ASCII literal."""
+    if text.isprintable() and len(text) <= 200:
+        return text
+    return _shown(text, 200)
 
 
 def _shown(text: str, limit: int = 40) -> str:
