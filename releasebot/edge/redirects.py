@@ -85,6 +85,10 @@ class RedirectPolicy:
         if self._hops > MAX_REDIRECTS:
             raise RedirectRefusedError(f"too many redirects (more than {MAX_REDIRECTS}: a loop?)")
         try:
+            given = urlsplit(location.strip())
+            if given.scheme.lower() in ("http", "https") and not given.hostname:
+                # urljoin would keep the current host: "http://" is no URL of any host
+                raise RedirectRefusedError("refused a redirect to a URL without a host")
             target = urljoin(current, location.strip())
             parts = urlsplit(target)
             host = parts.hostname or ""
@@ -94,7 +98,9 @@ class RedirectPolicy:
             ) from None
         shown = one_line(host, 80) or "(no host)"
         scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not host:
+        if scheme in ("http", "https") and not host:
+            raise RedirectRefusedError("refused a redirect to a URL without a host")
+        if scheme not in ("http", "https"):
             raise RedirectRefusedError(
                 f"refused a redirect to a non-http(s) URL ({one_line(scheme, 20)}:)"
             )

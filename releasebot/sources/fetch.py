@@ -223,6 +223,13 @@ class HttpFeedFetcher:
             raise FeedRejectedError(
                 feed, f"too many redirects from {_safe(url)} (a loop?) — check the feed URL"
             ) from exc
+        except httpx.RemoteProtocolError as exc:
+            if "location header" not in str(exc).lower():
+                raise FeedUnavailableError(feed, f"connection failed: {_trim(exc)}") from exc
+            # httpx reads every Location, even of a redirect it does not follow
+            raise FeedRejectedError(
+                feed, f"refused a redirect to a Location that is not a URL from {_safe(url)}"
+            ) from None
         except (httpx.ConnectError, httpx.ProxyError) as exc:
             raise FeedUnavailableError(feed, f"unreachable: {_safe(url)}: {_trim(exc)}") from exc
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
