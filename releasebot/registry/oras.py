@@ -451,7 +451,11 @@ class OrasRegistry:
             # requests calls this for every answer, redirects included, before it follows
             # one: a redirect the policy refuses is never asked.
             if response.is_redirect:
-                policy.follow(response.url, response.headers.get("Location"))
+                try:
+                    policy.follow(response.url, response.headers.get("Location"))
+                except RedirectRefusedError:
+                    response.close()
+                    raise
 
         try:
             response = self._session.request(
