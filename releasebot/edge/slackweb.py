@@ -8,7 +8,7 @@ as the "error", which callers take for a permanent refusal. ``BoundedWebClient``
 answer itself (at most ``SLACK_JSON_LIMITS.max_bytes``, UTF-8, bounded JSON): a 2xx body
 that is not JSON within the limits raises ``SlackUnreadableAnswerError`` (a
 ``SlackClientError``: the adapters call it a temporary failure, retried soon), and a
-non-2xx body that is not is dropped (the status says enough).
+non-2xx body that is not is replaced by ``{"ok": false}`` (the status says enough).
 
 Used by the notifier (``notify.slack``) and the Socket Mode front door (``chat.socket``).
 """
@@ -59,7 +59,7 @@ class BoundedWebClient(WebClient):
             # slack-sdk's retry handlers and error translation read the HTTPError: hand them
             # one whose body is JSON within the limits, or empty.
             raw = error.read(limit + 1) if error.fp is not None else b""
-            safe = raw if _readable(raw) else b""
+            safe = raw if _readable(raw) else b'{"ok": false}'  # the status says the rest
             fixed = Message()
             for name, value in (error.headers or Message()).items():
                 if name.lower() != "content-type":
