@@ -75,10 +75,14 @@ def parse_int(text: str, what: str, *, minimum: int = 0, maximum: int = 10**MAX_
 def parse_content_length(value: str | None) -> int | None:
     """An HTTP ``Content-Length`` (RFC 9110: ASCII digits only); ``None`` when absent.
 
-    ``ValueRefusedError`` for anything else (``²``, ``-1``, ``1e3``, two values)."""
+    ``ValueRefusedError`` for anything else (``²``, ``-1``, ``1e3``, two values). More than
+    ``MAX_DIGITS`` digits come back as ``10**MAX_DIGITS``: over every limit, never parsed."""
     if value is None:
         return None
-    length = parse_decimal(value.strip(" \t"))
+    text = value.strip(" \t")
+    if text and len(text) > MAX_DIGITS and _DIGITS.issuperset(text):
+        return 10**MAX_DIGITS  # a number, and larger than any limit: never converted
+    length = parse_decimal(text)
     if length is None:
         raise ValueRefusedError(f"Content-Length is not a number: {_shown(value)}")
     return length

@@ -49,14 +49,11 @@ def test_a_hostile_registry_answer_is_one_clean_error(case: Case, server: FeedSe
         sleep=lambda _: None,
         max_backoff=timedelta(0),
     )
+    calls = {"tags": registry.tags, "labels": lambda: registry.labels("v1")}
+    ask = calls.get(call, lambda: registry.digest("v1"))
     expected = getattr(errors, case["error"])
     with pytest.raises(errors.ReleasebotError) as caught:
-        if call == "tags":
-            registry.tags()
-        elif call == "labels":
-            registry.labels("v1")
-        else:
-            registry.digest("v1")
+        ask()
     assert type(caught.value) is expected, repr(caught.value)
     assert_clean_line(str(caught.value), case["problem"])
     assert_absent(str(caught.value), case.get("never_shown"))
