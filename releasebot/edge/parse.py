@@ -81,7 +81,7 @@ def parse_content_length(value: str | None) -> int | None:
         return None
     text = value.strip(" \t")
     if text and len(text) > MAX_DIGITS and _DIGITS.issuperset(text):
-        return 10**MAX_DIGITS  # a number, and larger than any limit: never converted
+        return int(10**MAX_DIGITS)  # a number, and larger than any limit: never converted
     length = parse_decimal(text)
     if length is None:
         raise ValueRefusedError(f"Content-Length is not a number: {_shown(value)}")
