@@ -191,14 +191,16 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         raise ValueRefusedError(f"file {shown} not found") from None
     except OSError as error:
         raise ValueRefusedError(f"cannot open {shown}: {error.strerror or error}") from None
-    with os.fdopen(descriptor, "rb", buffering=0) as file:
-        try:
-            mode = os.fstat(file.fileno()).st_mode
-            if not stat.S_ISREG(mode):
-                raise ValueRefusedError(f"{shown} is {_kind(mode)}, not a regular file")
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):  # checked on what was opened: no race with a rename
+            raise ValueRefusedError(f"{shown} is {_kind(mode)}, not a regular file")
+        with os.fdopen(descriptor, "rb", buffering=0, closefd=False) as file:
             data = file.read(max_bytes + 1)
-        except OSError as error:
-            raise ValueRefusedError(f"cannot read {shown}: {error.strerror or error}") from None
+    except OSError as error:
+        raise ValueRefusedError(f"cannot read {shown}: {error.strerror or error}") from None
+    finally:
+        os.close(descriptor)
     if data is None or len(data) > max_bytes:
         raise ValueRefusedError(f"{shown} is larger than {max_bytes} bytes")
     return data
