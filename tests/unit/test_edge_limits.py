@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from releasebot.builders.kaniko import trim_log_tail
 from releasebot.domain.untrusted import clean, strip_controls
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.parse import (
@@ -292,3 +293,9 @@ def test_nothing_that_moves_a_terminal_survives(text: str, shown: str) -> None:
     assert one_line(text) == shown
     assert clean(text) == shown
     assert strip_controls(text).split() == shown.split()
+
+
+def test_a_build_log_tail_keeps_its_lines_and_loses_its_escapes() -> None:
+    log = "step 1\n\x1b[31merror:\x1b[0m make failed\r\n\x1b]0;title\x07done\n\n"
+    assert trim_log_tail(log) == "step 1\nerror: make failed\ndone"
+    assert trim_log_tail("\x1b[2J\n\n") is None
