@@ -23,6 +23,7 @@ __all__ = [
     "MAX_DIGITS",
     "ValueRefusedError",
     "check_path",
+    "is_ascii_digits",
     "parse_content_length",
     "parse_decimal",
     "parse_int",
@@ -43,6 +44,11 @@ _DIGITS = frozenset("0123456789")
 
 class ValueRefusedError(ValueError):
     """A value from outside that is not of its kind; ``str()`` is one line."""
+
+
+def is_ascii_digits(text: str) -> bool:
+    """``text`` is one or more of ``0123456789`` and nothing else (``str.isdigit`` is not)."""
+    return bool(text) and _DIGITS.issuperset(text)
 
 
 def parse_decimal(text: str, *, max_digits: int = MAX_DIGITS) -> int | None:
