@@ -46,6 +46,7 @@ from typing import Any
 
 from releasebot.domain.builds import BuildRequest
 from releasebot.domain.errors import InvalidOptionError
+from releasebot.domain.untrusted import strip_controls
 
 DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.28.0"
 """The maintained fork's executor (GoogleContainerTools/kaniko is archived). A tag is a
@@ -268,10 +269,13 @@ def target_label_value(tag: str) -> str:
 
 def trim_log_tail(text: str | None, limit: int = LOG_TAIL_MAX_CHARS) -> str | None:
     """The last ``limit`` characters of a build log, trailing whitespace dropped; ``None``
-    when nothing is left."""
+    when nothing is left. Lines stay lines; terminal escapes (a tool's colours, a cursor
+    move) and other control characters go (``strip_controls``): the tail is stored and
+    shown in Slack."""
     if not text:
         return None
-    tail = text.rstrip()[-limit:]
+    lines = text[-4 * limit :].splitlines()
+    tail = "\n".join(strip_controls(line).rstrip() for line in lines).rstrip()[-limit:]
     return tail or None
 
 

@@ -26,7 +26,6 @@ from slack_sdk.socket_mode.builtin import SocketModeClient
 from slack_sdk.socket_mode.client import BaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
-from slack_sdk.web import WebClient
 
 from releasebot.chat.slack import SlashCommandHandler, SlashRequest
 from releasebot.domain.errors import (
@@ -34,6 +33,8 @@ from releasebot.domain.errors import (
     SocketModeRejectedError,
     SocketModeUnavailableError,
 )
+from releasebot.edge.slackweb import BoundedWebClient
+from releasebot.edge.text import one_line
 
 log = logging.getLogger("releasebot.chat.socket")
 
@@ -81,7 +82,7 @@ class SocketModeFrontDoor:
         with self._lock:
             if self._client is not None:
                 return
-            web = WebClient(base_url=self._base_url, timeout=self._timeout, logger=log)
+            web = BoundedWebClient(base_url=self._base_url, timeout=self._timeout, logger=log)
             client = SocketModeClient(
                 self._token,
                 logger=log,
@@ -94,7 +95,7 @@ class SocketModeFrontDoor:
                 client.connect()
             except SlackApiError as error:
                 _shut(client)
-                code = str(error.response.get("error", "unknown"))
+                code = one_line(error.response.get("error", "unknown"), 100)
                 if code in _AUTH_ERRORS:
                     raise SocketModeRejectedError(f"Slack refused the app token: {code}") from error
                 raise SocketModeUnavailableError(f"apps.connections.open: {code}") from error

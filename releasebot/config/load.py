@@ -20,9 +20,13 @@ from typing import Any
 from releasebot.config.rules import Seconds, ca_file, existing_file
 from releasebot.config.sections import SECTIONS, Settings
 from releasebot.domain.errors import ConfigError
+from releasebot.edge.parse import ValueRefusedError, parse_int, read_regular_file
 
 ENV_PREFIX = "RELEASEBOT_"
 CONFIG_ENV = "RELEASEBOT_CONFIG"
+MAX_CONFIG_BYTES = 1024 * 1024
+"""The largest config file read: a full one is a few kilobytes; a FIFO, ``/dev/zero`` or a
+wrong path to a big file is refused before it hangs or fills memory."""
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -47,11 +51,17 @@ def load_settings(
 
 def _read_toml(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("--config", f"file {path} not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError("--config", f"cannot read {path}: {error}") from None
+        raw = read_regular_file(path, MAX_CONFIG_BYTES)
+    except ValueRefusedError as error:
+        problem = str(error)
+        if not problem.endswith("not found"):
+            problem += " (give the path of a TOML file)"
+        raise ConfigError("--config", problem) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        shown = ascii(str(path)[:120])
+        raise ConfigError("--config", f"{shown} is not UTF-8 text (byte {error.start})") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError("--config", f"{path} is not valid TOML: {error}") from None
     for name, value in data.items():
@@ -140,10 +150,13 @@ def _convert_env(key: str, text: str, kind: type) -> Any:
     if kind is tuple:
         return tuple(item.strip() for item in text.split(",") if item.strip())
     if kind in (int, float):
+        shown = ascii(text[:40])
+        if not text.isascii() or "_" in text or len(text) > 40:  # int() takes "١٢" and "1_0"
+            raise ConfigError(key, f"must be a number of ASCII digits, got {shown}")
         try:
-            number = kind(text)
+            number = parse_int(text, key, minimum=-(10**18)) if kind is int else float(text)
         except ValueError:
-            raise ConfigError(key, f"must be a number, got {text!r}") from None
+            raise ConfigError(key, f"must be a number, got {shown}") from None
         if not math.isfinite(number):
             raise ConfigError(key, f"must be a finite number, got {text!r}")
         return number

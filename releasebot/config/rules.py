@@ -25,6 +25,7 @@ from releasebot.domain.fleet import FLUO_PREFIX, GATE_VERSION_ANNOTATION
 from releasebot.domain.policy import IncompatiblePair, is_flatcar_channel
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch, is_driver_branch
+from releasebot.edge.parse import ValueRefusedError, check_path, parse_listen_address, parse_url
 from releasebot.edge.retry import MAX_RETRIES
 
 T = TypeVar("T")
@@ -98,18 +99,17 @@ def redact_url(url: str) -> str:
 
 
 def feed_url(key: str, value: str) -> str:
-    shown = redact_url(value)
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError as error:
-        raise ConfigError(key, f"is not a valid URL ({error}): {shown!r}") from None
-    if parts.scheme not in ("http", "https", "file") or not (parts.netloc or parts.path):
-        raise ConfigError(key, f"must be an http://, https:// or file:// URL, got {shown!r}")
-    if parts.scheme in ("http", "https") and not parts.hostname:
-        raise ConfigError(key, f"has no host: {shown!r}")
+    shown = ascii(redact_url(value)[:200])
     if any(ord(char) < 33 or ord(char) == 127 for char in value):
-        raise ConfigError(key, f"contains spaces or control characters: {shown!r}")
+        raise ConfigError(key, f"contains spaces or control characters: {shown}")
+    try:
+        parts = parse_url(value, schemes=("http", "https", "file"))
+    except ValueRefusedError as error:
+        if "must be a" in str(error):
+            error = ValueRefusedError("must be an http://, https:// or file:// URL")
+        raise ConfigError(key, f"{error}, got {shown}") from None
+    if not (parts.netloc or parts.path):
+        raise ConfigError(key, f"must be an http://, https:// or file:// URL, got {shown}")
     leftover = value.replace("{channel}", "")
     if "{" in leftover or "}" in leftover:
         raise ConfigError(key, "the only placeholder allowed is {channel}")
@@ -181,13 +181,17 @@ def database_url(key: str, value: str) -> str:
             key, f"must be sqlite:///PATH or postgresql+psycopg://..., got {redact_url(value)!r}"
         )
     try:
-        urlsplit(value).port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError as error:
-        raise ConfigError(key, f"is not a valid URL ({error})") from None
+        parse_url(value, schemes=("sqlite", "postgresql+psycopg"), any_path=True)
+    except ValueRefusedError as error:
+        raise ConfigError(key, f"is not a valid URL: {error}") from None
     return value
 
 
 def existing_file(key: str, value: str) -> str:
+    try:
+        check_path(value)
+    except ValueRefusedError as error:
+        raise ConfigError(key, f"is not a usable path: {error}") from None
     if value and not Path(value).is_file():
         raise ConfigError(key, f"file {value} not found")
     return value
@@ -259,8 +263,11 @@ def optional_slack_id(key: str, value: str) -> str:
 
 
 def api_base_url(key: str, value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname or not value.endswith("/"):
+    try:
+        parts = parse_url(value)
+    except ValueRefusedError:
+        parts = None
+    if parts is None or not value.endswith("/"):
         raise ConfigError(key, f"must be an http(s) URL ending in '/', got {redact_url(value)!r}")
     return value
 
@@ -275,10 +282,10 @@ def token(prefix: str) -> Check:
 
 
 def listen(key: str, value: str) -> str:
-    host, _, port = value.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not port.isdigit() or int(port) > 65535 or any(c in host for c in "/ @"):
-        raise ConfigError(key, f"must be HOST:PORT (e.g. 0.0.0.0:8080 or [::]:8080), got {value!r}")
+    try:
+        parse_listen_address(value)
+    except ValueRefusedError as error:
+        raise ConfigError(key, str(error)) from None
     return value
 
 

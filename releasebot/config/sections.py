@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from releasebot.builders import kaniko
@@ -28,6 +27,7 @@ from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, IncompatiblePa
 from releasebot.domain.retention import DEFAULT_AFTER, DEFAULT_MAX_DELETIONS
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch
+from releasebot.edge.parse import ValueRefusedError, read_secret_file
 from releasebot.edge.retry import RetryPolicy
 from releasebot.registry import DEFAULT_TIMEOUT as REGISTRY_TIMEOUT
 
@@ -173,11 +173,9 @@ class SlackSettings:
         if value or not path:
             return value
         try:
-            return Path(path).read_text(encoding="utf-8").strip()
-        except OSError as error:
-            raise ConfigError(
-                f"slack.{name}_file", f"cannot read {path}: {error.strerror}"
-            ) from None
+            return read_secret_file(path)
+        except ValueRefusedError as error:
+            raise ConfigError(f"slack.{name}_file", str(error)) from None
 
     @property
     def enabled(self) -> bool:

@@ -370,7 +370,10 @@ def matrix_view(
 
 def _version_key(version: str) -> tuple[int, ...]:
     """Flatcar versions in integer order (4081.3.10 after 4081.3.9)."""
-    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+    return tuple(
+        int(part) if part.isascii() and part.isdigit() and len(part) <= 9 else -1
+        for part in version.split(".")
+    )
 
 
 def _cell_json(record: TargetRecord, release: FlatcarRelease | None) -> Json:
@@ -405,7 +408,7 @@ def slack_link(ref: MessageRef | None) -> str | None:
         return None
     channel = clean(ref.channel, limit=40) or ""
     ts = (ref.ts or "").replace(".", "")
-    if not channel.isalnum() or not ts.isdigit():
+    if not (channel.isascii() and channel.isalnum() and ts.isascii() and ts.isdigit()):
         return None
     return f"https://slack.com/archives/{channel}/p{ts}"
 

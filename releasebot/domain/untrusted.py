@@ -13,6 +13,7 @@ texts for the store (``store/limits.py``).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 TEXT_MAX_CHARS = 256
@@ -21,11 +22,31 @@ TEXT_MAX_CHARS = 256
 
 _QUOTES = "\"'"
 
+_SEQUENCES = re.compile(
+    r"""
+    (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]?       # CSI: colours, cursor moves
+  | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]) [^\x07\x1b\x9c]* (?:\x07|\x1b\\|\x9c)?
+                                                              # OSC, DCS, SOS, PM, APC strings
+  | \x1b[\x20-\x2f]*[\x30-\x7e]?                               # any other escape
+    """,
+    re.VERBOSE,
+)
+_DROPPED = frozenset(("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"))
+"""Unicode categories never shown: controls, format characters (bidi overrides,
+zero-width joiners), line/paragraph separators, surrogates, private use, unassigned."""
 
-def _printable(char: str) -> bool:
-    # Cc: C0/C1 controls (ESC, CR, LF, NUL...); Cf: format characters (bidi overrides,
-    # zero-width joiners); Zl/Zp: the Unicode line and paragraph separators.
-    return unicodedata.category(char) not in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")
+
+def strip_controls(text: str) -> str:
+    """``text`` without terminal escape sequences; whitespace controls (tab, CR, LF, the
+    Unicode separators) become spaces, every other control or format character goes."""
+    if text.isascii() and text.isprintable():
+        return text
+    text = _SEQUENCES.sub("", text)
+    return "".join(
+        " " if char.isspace() else char
+        for char in text
+        if char.isspace() or unicodedata.category(char) not in _DROPPED
+    )
 
 
 def clean(value: object, *, limit: int = TEXT_MAX_CHARS, unquote: bool = False) -> str | None:
@@ -33,13 +54,14 @@ def clean(value: object, *, limit: int = TEXT_MAX_CHARS, unquote: bool = False) 
     not a string or nothing printable is left.
 
     Whitespace runs (tabs, CR/LF included) become one space and the ends are stripped;
-    other control and format characters are dropped. With ``unquote``, one pair of matching
-    surrounding quotes goes too (os-release writes ``VERSION_ID="4628.0.0"`` from 4628 on).
+    terminal escape sequences and other control and format characters are dropped. With
+    ``unquote``, one pair of matching surrounding quotes goes too (os-release writes
+    ``VERSION_ID="4628.0.0"`` from 4628 on).
     """
     if not isinstance(value, str):
         return None
     head = value[: limit * 4]  # never walk a megabyte: what is kept is at most `limit`
-    text = " ".join("".join(char if _printable(char) else " " for char in head).split())
+    text = " ".join(strip_controls(head).split())
     if unquote and len(text) >= 2 and text[0] == text[-1] and text[0] in _QUOTES:
         text = text[1:-1].strip()
     if not text:

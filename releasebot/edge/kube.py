@@ -33,6 +33,8 @@ from releasebot.domain.errors import (
     ClusterUnavailableError,
     ConfigError,
 )
+from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
+from releasebot.edge.parse import parse_content_length
 from releasebot.edge.retry import (
     RetryPolicy,
     Sleep,
@@ -47,15 +49,29 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT = timedelta(seconds=10)
 """Per request; the API server answers in milliseconds when healthy."""
+KUBE_JSON_LIMITS = JsonLimits(max_bytes=32 * 1024 * 1024)
+"""The biggest answer read: lists are paged (the fleet asks 500 nodes a page, ~10 MB)."""
 ERROR_TEXT_MAX_CHARS = 300
 """API server messages quoted in errors and statuses are cut to one line of this length."""
 RETRY_AFTER_MAX = timedelta(minutes=5)
 """The longest ``Retry-After`` of an API server passed on to the caller."""
+
+
+class UnreadableAnswerError(Exception):
+    """An API server's answer the bounded reader refused (too big, not JSON, too deep)."""
+
+    def __init__(self, status: int, problem: str) -> None:
+        super().__init__(f"unreadable answer (HTTP {status}): {problem}")
+        self.status = status
+        self.problem = problem
+
+
 LIBRARY_ERRORS = (
     httpx2.HTTPError,
     httpx2.StreamError,
     msgspec.MsgspecError,
     json.JSONDecodeError,
+    UnreadableAnswerError,
     KeyError,  # lightkube reading an error answer without the exact JSON Content-Type
 )
 """What lightkube lets escape from a call."""
@@ -81,7 +97,7 @@ def make_kube_client(
             config = KubeConfig.from_file(kubeconfig)
         else:
             config = KubeConfig.from_service_account()
-        return Client(
+        client = Client(
             config=config,
             namespace=namespace,
             timeout=httpx2.Timeout(timeout.total_seconds()),
@@ -93,6 +109,42 @@ def make_kube_client(
         where = kubeconfig if kubeconfig is not None else "in-cluster service account"
         detail = _one_line(f"{type(error).__name__}: {error}")
         raise ConfigError(key, f"cannot load Kubernetes config from {where}: {detail}") from error
+    # lightkube reads answers with msgspec (successes) and json (errors), neither bounded:
+    # every answer is read and checked by the one bounded JSON reader before they see it.
+    # lightkube keeps its httpx2 client private; its event hooks are httpx2's public API.
+    http: httpx2.Client = client._client._client
+    http.event_hooks["response"].append(check_answer)
+    return client
+
+
+def check_answer(response: httpx2.Response) -> None:
+    """An httpx2 response hook: read the body within ``KUBE_JSON_LIMITS`` and, when it
+    says it is JSON, decode it once with the bounded reader; ``UnreadableAnswerError``
+    otherwise, before lightkube's own unbounded decoders run."""
+    limit = KUBE_JSON_LIMITS.max_bytes
+    declared = parse_content_length(response.headers.get("Content-Length"))
+    if declared is not None and declared > limit:
+        response.close()
+        raise UnreadableAnswerError(
+            response.status_code, f"body of {declared} bytes is over {limit}"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > limit:
+            response.close()
+            raise UnreadableAnswerError(response.status_code, f"body is over {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    # The body is read: hand it to lightkube as if httpx2 had read it (``Response.read``
+    # returns ``_content`` once it is set, which is how httpx2 caches a read body).
+    response._content = body
+    if "json" in response.headers.get("Content-Type", "").lower():
+        try:
+            decode_json(body, KUBE_JSON_LIMITS)
+        except JsonRefusedError as error:
+            raise UnreadableAnswerError(response.status_code, error.problem) from error
 
 
 @dataclass(frozen=True)
@@ -171,6 +223,8 @@ def kube_call(
 def classify(what: str, error: Exception) -> KubeFailure | None:
     """What a lightkube/httpx2/msgspec error means; ``None`` for an unrelated ``KeyError``."""
     prefix = f"kubernetes {what}"
+    if isinstance(error, UnreadableAnswerError):
+        return KubeFailure(None, _one_line(f"{prefix}: {error}"), True)
     if isinstance(error, ApiError):
         code = error.response.status_code
         status = error.status

@@ -22,6 +22,8 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import TypeVar
 
+from releasebot.edge.parse import is_ascii_digits, parse_decimal
+
 T = TypeVar("T")
 
 MAX_RETRIES = 10
@@ -129,9 +131,9 @@ def parse_retry_after(
     if not value:
         return None
     text = value.strip()
-    if text.isascii() and text.isdigit():
-        seconds = int(text) if len(text) <= 12 else 10**12  # never parse a megabyte of digits
-        return min(timedelta(seconds=min(seconds, 10**9)), MAX_RETRY_AFTER)
+    if is_ascii_digits(text):  # "²" is not a number here
+        seconds = parse_decimal(text, max_digits=12)  # never parse a megabyte of digits
+        return min(timedelta(seconds=min(seconds or 10**9, 10**9)), MAX_RETRY_AFTER)
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):

@@ -45,6 +45,7 @@ from slack_sdk.http_retry.state import RetryState
 from releasebot.domain.errors import ChatRejectedError, ChatUnavailableError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.edge.retry import parse_retry_after
+from releasebot.edge.slackweb import BoundedWebClient
 from releasebot.edge.text import one_line
 from releasebot.notify import EVERY_CALL, HINTS
 from releasebot.notify.render import RenderedMessage, render_message, render_thread_reply
@@ -89,7 +90,7 @@ def make_web_client(
     # slack-sdk's DEBUG lines carry whole response bodies (a channel's history): never on.
     sdk_log = logging.getLogger("releasebot.notify.slack.sdk")
     sdk_log.setLevel(logging.INFO)
-    return WebClient(
+    return BoundedWebClient(
         token=token,
         base_url=base_url,
         timeout=max(1, round(timeout.total_seconds())),

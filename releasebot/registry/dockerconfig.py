@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from releasebot.domain.errors import RegistryAuthError
+from releasebot.edge.json import JsonRefusedError, decode_json
+from releasebot.edge.parse import ValueRefusedError, read_regular_file
+
+MAX_DOCKER_CONFIG_BYTES = 1024 * 1024
+"""A Docker config.json holds a few credentials; a bigger file (or a FIFO) is refused."""
 
 
 def read_docker_config(path: str, host: str) -> str | None:
@@ -23,12 +26,14 @@ def read_docker_config(path: str, host: str) -> str | None:
     naming the file (never a secret) when it cannot be used.
     """
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
+        body = read_regular_file(path, MAX_DOCKER_CONFIG_BYTES)
+    except ValueRefusedError as exc:
         raise RegistryAuthError(
-            f"registry {host}: cannot read docker config {path}: {exc.strerror}"
-        ) from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            f"registry {host}: cannot read docker config {path}: {exc}"
+        ) from None
+    try:
+        document = decode_json(body)
+    except JsonRefusedError as exc:
         raise RegistryAuthError(f"registry {host}: docker config {path} is not JSON") from exc
     auths = document.get("auths") if isinstance(document, dict) else None
     if not isinstance(auths, dict):

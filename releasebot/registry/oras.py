@@ -25,11 +25,10 @@ mounts carries ``auth`` or ``username``/``password``), and Docker Hub's host ali
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -45,6 +44,8 @@ from requests.utils import parse_header_links
 from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
 from releasebot.domain.versions import Arch
+from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
+from releasebot.edge.redirects import RedirectPolicy, RedirectRefusedError
 from releasebot.edge.retry import (
     RetryPolicy,
     Sleep,
@@ -137,6 +138,7 @@ class OrasRegistry:
         max_backoff: timedelta = RetryPolicy.max_backoff,
         page_size: int = DEFAULT_PAGE_SIZE,
         user_agent: str = "releasebot",
+        redirects: Callable[[str], RedirectPolicy] = RedirectPolicy,
     ) -> None:
         host, _, name = repository.partition("/")
         if not host or not name or "://" in repository:
@@ -151,6 +153,7 @@ class OrasRegistry:
         self._verify: bool | str = (ca_file or True) if tls_verify else False
         self._session = _oras_session(host, insecure=insecure, verify=self._verify)
         self._timeout = timeout
+        self._redirects = redirects
         # A registry is asked many times per cycle: a Retry-After beyond max_backoff is
         # waited for up to max_backoff rather than failing the whole cycle's check.
         self._policy = RetryPolicy(
@@ -442,6 +445,18 @@ class OrasRegistry:
         """One HTTP request; transport failures become ``TransientFailure`` or ``RegistryError``."""
         with self._lock:
             self.request_count += 1
+        policy = self._redirects(url)
+
+        def judge(response: requests.Response, *_: Any, **__: Any) -> None:
+            # requests calls this for every answer, redirects included, before it follows
+            # one: a redirect the policy refuses is never asked.
+            if response.is_redirect:
+                try:
+                    policy.follow(response.url, response.headers.get("Location"))
+                except RedirectRefusedError:
+                    response.close()
+                    raise
+
         try:
             response = self._session.request(
                 method,
@@ -452,12 +467,15 @@ class OrasRegistry:
                 verify=self._verify,
                 stream=True,
                 allow_redirects=True,  # blob GETs may redirect to storage; auth is dropped
+                hooks={"response": judge},
             )
             with response:
                 content = b"" if method == "HEAD" else self._read(response)
                 return RegistryAnswer(
                     response.status_code, response.reason or "", response.headers, content
                 )
+        except RedirectRefusedError as exc:
+            raise RegistryError(f"registry {self._host}: {exc}") from None
         except requests.exceptions.SSLError as exc:
             raise RegistryError(_tls_problem(self._host, exc)) from exc
         except requests.exceptions.Timeout as exc:
@@ -505,6 +523,10 @@ def _oras_session(host: str, *, insecure: bool, verify: bool | str) -> requests.
 # -- answers ---------------------------------------------------------------------------
 
 
+_ERROR_LIMITS = JsonLimits(max_bytes=64 * 1024)
+"""An error body is read for its first code and message only: a bigger one is not JSON."""
+
+
 def _raise_if_transient(answer: RegistryAnswer) -> None:
     status = answer.status
     if status in (408, 429) or 500 <= status < 600:
@@ -515,9 +537,9 @@ def _raise_if_transient(answer: RegistryAnswer) -> None:
 def _first_error(answer: RegistryAnswer) -> tuple[str, str]:
     """``(code, message)`` of the registry's JSON error body; empty strings when none."""
     try:
-        first = json.loads(answer.body)["errors"][0]
+        first = decode_json(answer.body, _ERROR_LIMITS)["errors"][0]  # type: ignore[index]
         return str(first.get("code", "")), str(first.get("message", ""))
-    except (ValueError, AttributeError, TypeError, IndexError, KeyError):
+    except (JsonRefusedError, AttributeError, TypeError, IndexError, KeyError):
         return "", ""
 
 
@@ -533,9 +555,9 @@ def _is_unknown_name(answer: RegistryAnswer) -> bool:
 
 def _json_object(host: str, body: bytes, what: str) -> dict[str, Any]:
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RegistryError(f"registry {host}: {what} is not JSON") from exc
+        document = decode_json(body)
+    except JsonRefusedError as exc:
+        raise RegistryError(f"registry {host}: {what} is not JSON: {exc.problem}") from exc
     if not isinstance(document, dict):
         raise RegistryError(f"registry {host}: {what} is not a JSON object")
     return document

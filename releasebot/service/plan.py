@@ -18,12 +18,13 @@ parsers (``sources.flatcar``, ``sources.nvidia``) are handed to it by the wiring
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from releasebot.domain.errors import ReleasebotError, UnknownTargetError
+from releasebot.domain.errors import FeedFormatError, ReleasebotError, UnknownTargetError
 from releasebot.domain.events import Event, EventKind, feed_key
 from releasebot.domain.fleet_plan import FleetPlan, fleet_channels
 from releasebot.domain.models import (
@@ -43,6 +44,8 @@ from releasebot.domain.ports import (
 )
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.service.fleet import FleetService, FleetSnapshot
+
+log = logging.getLogger("releasebot.plan")
 
 NVIDIA_FEED = "nvidia"
 FAILING_FLAG = "feed-failing:"
@@ -229,11 +232,25 @@ class PlanService:
             self._store.set_flag(f"{ALERTED_FLAG}{feed}", None, now, events=[event])
 
     def _record_body(self, spec: FeedSpec, result: FetchedBody, now: datetime) -> int:
+        try:
+            if spec.kind is FeedKind.FLATCAR:
+                releases = self._parse_flatcar(spec.name, result.body)
+            else:
+                drivers = self._parse_nvidia(spec.name, result.body)
+        except ReleasebotError:
+            raise
+        except Exception as error:
+            # The parsers translate every failure they know of (edge.json bounds the JSON);
+            # one they do not is still this body's, so this feed's failure only: the other
+            # feeds are polled, this one is marked failing and its alert can fire.
+            log.warning(
+                "feed %s: the parser failed on this body (%s)", spec.name, type(error).__name__
+            )
+            problem = f"unreadable body ({type(error).__name__}; a releasebot bug, please report)"
+            raise FeedFormatError(spec.name, problem) from error
         if spec.kind is FeedKind.FLATCAR:
-            releases = self._parse_flatcar(spec.name, result.body)
             self._store.record_flatcar_feed(spec.name, spec.url, releases, result.validators, now)
             return len(releases)
-        drivers = self._parse_nvidia(spec.name, result.body)
         self._store.record_driver_feed(spec.name, spec.url, drivers, result.validators, now)
         return len(drivers)
 

@@ -27,6 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from releasebot.edge.json import JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.signing import (
     COSIGN_SIGNATURE_ARTIFACT,
@@ -96,11 +97,11 @@ def parse_simple_signing(payload: bytes) -> tuple[str, str]:
     """``(docker-reference, docker-manifest-digest)`` of a payload; ``ValueError`` if it is
     not a cosign container image signature payload."""
     try:
-        critical = json.loads(payload)["critical"]
+        critical = decode_json(payload)["critical"]  # type: ignore[index]
         kind = critical["type"]
         reference = critical["identity"]["docker-reference"]
         digest = critical["image"]["docker-manifest-digest"]
-    except (ValueError, KeyError, TypeError) as error:
+    except (JsonRefusedError, ValueError, KeyError, TypeError) as error:
         raise ValueError("not a simple signing payload") from error
     if kind != SIGNATURE_TYPE or not isinstance(reference, str) or not isinstance(digest, str):
         raise ValueError("not a cosign container image signature")
@@ -237,9 +238,9 @@ def parse_dsse(envelope: bytes) -> tuple[str, bytes, list[bytes]]:
 
 def parse_object(body: bytes, what: str) -> Document:
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as error:
-        raise ValueError(f"{what} is not JSON") from error
+        document = decode_json(body)  # what the registry holds is anybody's: bounded
+    except JsonRefusedError as error:
+        raise ValueError(f"{what} is not JSON: {error.problem}") from error
     if not isinstance(document, dict):
         raise ValueError(f"{what} is not a JSON object")
     return document

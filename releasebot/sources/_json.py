@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import cast
 
 from releasebot.domain.errors import FeedFormatError
+from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
+
+FEED_JSON_LIMITS = JsonLimits(max_bytes=64 * 1024 * 1024)
+"""The fetcher's body limit (``fetch.DEFAULT_MAX_BYTES``); depth and digits as for any
+answer (real feeds nest five levels, their longest number is a size in bytes)."""
 
 MAX_QUOTED_CHARS = 80
 """Longest piece of upstream text (a key, a value) quoted in an error message."""
@@ -39,18 +43,9 @@ def load_json_document(feed: str, body: bytes) -> object:
     if looks_like_html(body):
         raise FeedFormatError(feed, "returned HTML, not JSON (an error page or the wrong URL?)")
     try:
-        return cast(object, json.loads(body))
-    except json.JSONDecodeError as exc:
-        detail = exc.msg.removesuffix(" at").lower()  # json's messages end "... starting at"
-        raise FeedFormatError(
-            feed, f"truncated or invalid JSON at line {exc.lineno} column {exc.colno} ({detail})"
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise FeedFormatError(feed, f"body is not UTF-8 text (byte {exc.start})") from exc
-    except RecursionError as exc:
-        # json's C scanner recurses once per ``[``/``{``: a body like "[" * 200_000 would
-        # otherwise escape as a traceback. Real feeds nest five levels at most.
-        raise FeedFormatError(feed, "JSON nested too deeply") from exc
+        return decode_json(body, FEED_JSON_LIMITS)
+    except JsonRefusedError as exc:
+        raise FeedFormatError(feed, exc.problem) from exc
 
 
 def content_sha256(value: object) -> str:

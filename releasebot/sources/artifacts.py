@@ -12,12 +12,15 @@ the build, with the signing key), or caching across cycles.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 
 from releasebot.domain.errors import TemporaryError
 from releasebot.domain.models import Target
 from releasebot.domain.readiness import Readiness, gcc_major
 from releasebot.domain.versions import Arch
+from releasebot.edge.redirects import REDIRECT_CODES, RedirectPolicy, RedirectRefusedError
 
 FLATCAR_FILES = (
     "flatcar-container.tar.gz",
@@ -29,8 +32,20 @@ KERNEL_CONFIG = "flatcar_production_image_kernel_config.txt"
 MAX_KERNEL_CONFIG_BYTES = 4 * 1024 * 1024
 
 
+def _bounded(url: str, response: httpx.Response, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise TemporaryError(f"artefacts: {url} is larger than a kernel config can be")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class HttpArtifactSource:
-    """Checks the inputs over HTTP with an injected ``httpx.Client`` (redirects followed)."""
+    """Checks the inputs over HTTP with an injected ``httpx.Client`` (redirects followed, by
+    the one redirect policy of ``edge.redirects``)."""
 
     def __init__(
         self,
@@ -38,8 +53,10 @@ class HttpArtifactSource:
         *,
         flatcar_base_url: str,
         nvidia_base_url: str,
+        redirects: Callable[[str], RedirectPolicy] = RedirectPolicy,
     ) -> None:
         self._client = client
+        self._redirects = redirects
         self._flatcar = flatcar_base_url.rstrip("/")
         self._nvidia = nvidia_base_url.rstrip("/")
 
@@ -83,17 +100,37 @@ class HttpArtifactSource:
         raise TemporaryError(f"artefacts: {url} answered {response.status_code}")
 
     def _text(self, url: str) -> str:
-        response = self._request("GET", url)
+        response = self._request("GET", url, limit=MAX_KERNEL_CONFIG_BYTES)
         if not response.is_success:
             raise TemporaryError(f"artefacts: {url} answered {response.status_code}")
-        if len(response.content) > MAX_KERNEL_CONFIG_BYTES:
-            raise TemporaryError(f"artefacts: {url} is larger than a kernel config can be")
         return response.content.decode("utf-8", errors="replace")
 
     def _request(
-        self, method: str, url: str, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str] | None = None,
+        *,
+        limit: int = 0,
     ) -> httpx.Response:
+        """One request, its redirects followed under ``edge.redirects``' policy, reading at
+        most ``limit`` bytes of a successful answer's body (none when 0)."""
+        policy = self._redirects(url)
+        current = url
         try:
-            return self._client.request(method, url, headers=headers, follow_redirects=True)
+            while True:
+                request = self._client.build_request(method, current, headers=headers)
+                response = self._client.send(request, stream=True, follow_redirects=False)
+                try:
+                    if response.status_code in REDIRECT_CODES and "Location" in response.headers:
+                        current = policy.follow(current, response.headers["Location"])
+                        continue
+                    if limit and response.is_success:
+                        response._content = _bounded(url, response, limit)
+                    return response
+                finally:
+                    response.close()
+        except RedirectRefusedError as error:
+            raise TemporaryError(f"artefacts: {url}: {error}") from None
         except httpx.HTTPError as error:
             raise TemporaryError(f"artefacts: {url}: {type(error).__name__}") from error

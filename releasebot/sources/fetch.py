@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import ssl
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -33,6 +34,8 @@ from releasebot.domain.errors import (
 )
 from releasebot.domain.models import Validators
 from releasebot.domain.ports import FetchedBody, FetchResult, Unchanged
+from releasebot.edge.parse import ValueRefusedError, parse_content_length
+from releasebot.edge.redirects import REDIRECT_CODES, RedirectPolicy, RedirectRefusedError
 from releasebot.edge.retry import (
     RetryPolicy,
     Sleep,
@@ -54,7 +57,8 @@ MAX_ERROR_TEXT = 200
 """Longest piece of third-party text (an exception message, a reason phrase) in an error."""
 
 MAX_REDIRECTS = 5
-"""Redirect hops ``make_http_client`` follows: old Flatcar hosts redirect once or twice."""
+"""Redirect hops ``make_http_client`` follows (the fetcher follows its own, by
+``edge.redirects``, at most as many): old Flatcar hosts redirect once or twice."""
 
 DEFAULT_DEADLINE = timedelta(minutes=2)
 """Longest one ``fetch`` may take, retries included. The biggest feed (~1.1 MB) arrives in
@@ -113,9 +117,12 @@ class HttpFeedFetcher:
         backoff: timedelta = RetryPolicy.backoff,
         max_backoff: timedelta = RetryPolicy.max_backoff,
         deadline: timedelta = DEFAULT_DEADLINE,
+        redirects: Callable[[str], RedirectPolicy] = RedirectPolicy,
     ) -> None:
         """``retries`` extra attempts follow a transient failure, after ``backoff`` doubled
         per attempt up to ``max_backoff`` (a Retry-After up to ``max_backoff`` wins).
+        ``redirects`` makes the redirect policy of one configured URL (tests pass one with
+        their own resolver).
         ``deadline`` bounds one ``fetch`` as a whole, retries and their waits included."""
         if deadline <= timedelta(0):
             raise ValueError(f"deadline must be positive, got {deadline}")
@@ -124,6 +131,7 @@ class HttpFeedFetcher:
         self._policy = RetryPolicy(retries=retries, backoff=backoff, max_backoff=max_backoff)
         self._sleep = sleep
         self._deadline = deadline
+        self._redirects = redirects
 
     def fetch(self, feed: str, url: str, validators: Validators | None) -> FetchResult:
         old = validators or Validators()
@@ -171,6 +179,14 @@ class HttpFeedFetcher:
         )
         new = Validators(etag=answer.get("ETag"), last_modified=answer.get("Last-Modified"))
         if status == 304:
+            if not headers.keys() & {"If-None-Match", "If-Modified-Since"}:
+                # 304 answers a conditional request only (RFC 9110 15.4.5): asked without
+                # validators, it says nothing about the feed, least of all "unchanged".
+                raise FeedFormatError(
+                    feed,
+                    "answered 304 Not Modified to a request without validators "
+                    "(a broken cache or proxy in front of the feed?)",
+                )
             return Unchanged(
                 Validators(
                     etag=new.etag or old.etag,
@@ -207,6 +223,13 @@ class HttpFeedFetcher:
             raise FeedRejectedError(
                 feed, f"too many redirects from {_safe(url)} (a loop?) — check the feed URL"
             ) from exc
+        except httpx.RemoteProtocolError as exc:
+            if "location header" not in str(exc).lower():
+                raise FeedUnavailableError(feed, f"connection failed: {_trim(exc)}") from exc
+            # httpx reads every Location, even of a redirect it does not follow
+            raise FeedRejectedError(
+                feed, f"refused a redirect to a Location that is not a URL from {_safe(url)}"
+            ) from None
         except (httpx.ConnectError, httpx.ProxyError) as exc:
             raise FeedUnavailableError(feed, f"unreachable: {_safe(url)}: {_trim(exc)}") from exc
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
@@ -228,25 +251,42 @@ class HttpFeedFetcher:
     def _stream(
         self, feed: str, url: str, headers: dict[str, str], ends: float, watchdog: Watchdog
     ) -> tuple[int, httpx.Headers, bytes, int]:
-        # follow_redirects per request: the adapter works even on a client built without it.
-        with self._client.stream(
-            "GET",
-            url,
-            headers=headers,
-            follow_redirects=True,
-            extensions={"trace": watchdog.trace},
-        ) as resp:
-            body = b""
-            if 200 <= resp.status_code < 300:
-                body = self._read_body(feed, resp, ends)
-            return resp.status_code, resp.headers, body, len(resp.history) + 1
+        # Redirects are followed here, one hop at a time, each judged by the one redirect
+        # policy before it is asked (never by the client, whatever it was built with).
+        policy = self._redirects(url)
+        origin = url
+        hops = 0
+        while True:
+            hops += 1
+            with self._client.stream(
+                "GET",
+                url,
+                headers=headers,
+                follow_redirects=False,
+                extensions={"trace": watchdog.trace},
+            ) as resp:
+                if resp.status_code in REDIRECT_CODES and "Location" in resp.headers:
+                    try:
+                        url = policy.follow(url, resp.headers["Location"])
+                    except RedirectRefusedError as exc:
+                        raise FeedRejectedError(
+                            feed, f"{exc} from {_safe(origin)} — check the feed URL"
+                        ) from None
+                    continue
+                body = b""
+                if 200 <= resp.status_code < 300:
+                    body = self._read_body(feed, resp, ends)
+                return resp.status_code, resp.headers, body, hops
 
     def _too_long(self, feed: str) -> FeedUnavailableError:
         return FeedUnavailableError(feed, f"took longer than {self._deadline.total_seconds():g}s")
 
     def _read_body(self, feed: str, response: httpx.Response, ends: float) -> bytes:
-        declared = response.headers.get("Content-Length", "")
-        if declared.isascii() and declared.isdigit() and int(declared) > self._max_bytes:
+        try:
+            declared = parse_content_length(response.headers.get("Content-Length"))
+        except ValueRefusedError:
+            declared = None  # a malformed length: the read below is bounded anyway
+        if declared is not None and declared > self._max_bytes:
             raise FeedFormatError(feed, f"body of {declared} bytes is over {self._max_bytes}")
         chunks: list[bytes] = []
         size = 0
@@ -289,7 +329,7 @@ class HttpFeedFetcher:
                 feed, f"file URL with a host is not supported: {_safe(parts.geturl())}"
             )
         path = Path(unquote(parts.path))
-        body = read_regular_file(feed, path, _trim(path), self._max_bytes)
+        body = read_regular_file(feed, path, _escaped(path), self._max_bytes)
         _check_body(feed, body, "")
         sha = hashlib.sha256(body).hexdigest()
         if sha == old.body_sha256:
@@ -329,7 +369,14 @@ def _safe(url: str) -> str:
     if parts is None:
         return "(a URL that does not parse)"  # its parts cannot be told apart: show none
     host = parts.netloc.rpartition("@")[2]
-    return _trim(f"{parts.scheme}://{host}{parts.path}")
+    return _escaped(f"{parts.scheme}://{host}{parts.path}")
+
+
+def _escaped(value: object) -> str:
+    """A configured URL or path for a message: control characters shown escaped
+    (``\\x00``), not dropped, so the value shown is the value that was given."""
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(value)[:800])
+    return _trim(text)
 
 
 def _trim(value: object) -> str:

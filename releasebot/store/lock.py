@@ -33,6 +33,7 @@ from types import TracebackType
 from sqlalchemy import Connection, Engine, delete, exc, insert, select, text, update
 
 from releasebot.domain.errors import ReleasebotError
+from releasebot.edge.parse import parse_decimal
 from releasebot.store.engine import transaction, translate_error
 from releasebot.store.tables import locks
 
@@ -282,10 +283,11 @@ def holder_died(holder: str) -> bool:
     """
     _, _, place = holder.rpartition("@")
     host, _, pid_text = place.rpartition(":")
-    if host != socket.gethostname() or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    pid = parse_decimal(pid_text, max_digits=7)  # the row is outside text: ASCII digits only
+    if host != socket.gethostname() or pid is None or pid == 0 or pid == os.getpid():
         return False
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:  # someone else's live process

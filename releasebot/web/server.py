@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from releasebot.web.overview import OverviewApp
 
+from releasebot.edge.parse import ValueRefusedError, parse_content_length
+
 log = logging.getLogger("releasebot.web")
 
 SlackHandler = Callable[[bytes, Mapping[str, str]], tuple[int, str, bytes]]
@@ -150,14 +152,18 @@ class _Handler(BaseHTTPRequestHandler):
         if path != "/slack/commands" or slack is None:
             self._text(HTTPStatus.NOT_FOUND, "not found")
             return
-        length = self.headers.get("Content-Length", "")
-        if not length.isdigit():
+        try:
+            length = parse_content_length(self.headers.get("Content-Length"))
+        except ValueRefusedError:
+            self._text(HTTPStatus.BAD_REQUEST, "Content-Length must be ASCII digits")
+            return
+        if length is None:
             self._text(HTTPStatus.LENGTH_REQUIRED, "Content-Length required")
             return
-        if int(length) > self.app.max_body:
+        if length > self.app.max_body:
             self._text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
             return
-        body = self.rfile.read(int(length))
+        body = self.rfile.read(length)
         headers = {name.lower(): value for name, value in self.headers.items()}
         answer = self._call(lambda: slack(body, headers))
         if answer is None:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from releasebot.config import Settings
 from releasebot.domain.errors import ConfigError
+from releasebot.edge.parse import parse_listen_address
 from releasebot.service.plan import FeedOutcome
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.lock import CycleGuard
@@ -145,14 +146,14 @@ def run_service(
             retention=retain,
             options=runner_options(settings),
         )
-        host, _, port = run.listen.rpartition(":")
+        host, port = parse_listen_address(run.listen)  # checked by the settings already
         web = settings.web
         pages = overview_app(settings, SqlStateStore(engine)) if web.enabled else None
         own_port = pages is not None and web.listen not in ("", run.listen)
         try:
             server = HttpServer(
                 host,
-                int(port),
+                port,
                 alive=runner.alive,
                 ready=runner.readiness,
                 metrics=metrics.render,

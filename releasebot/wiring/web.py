@@ -22,6 +22,7 @@ from releasebot.domain.errors import ConfigError
 from releasebot.domain.events import EventKind, MessageRef, build_event
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
+from releasebot.edge.parse import ValueRefusedError, parse_listen_address
 from releasebot.service.overview import OverviewOptions, OverviewService
 from releasebot.web.overview import OverviewApp
 from releasebot.web.server import HttpServer
@@ -47,10 +48,11 @@ def overview_app(settings: Settings, store: StateStore) -> OverviewApp:
 
 
 def listen_address(key: str, listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(key, f"must be HOST:PORT (e.g. 127.0.0.1:8080), got {listen!r}")
-    return host, int(port)
+    """``listen`` as ``(host, port)`` by the edge's one parser; a refusal names ``key``."""
+    try:
+        return parse_listen_address(listen)
+    except ValueRefusedError as error:
+        raise ConfigError(key, str(error)) from None
 
 
 def serve_demo(

@@ -159,7 +159,7 @@ def test_a_redirect_loop_is_a_clear_permanent_error(
     server.route("/a", FeedServer.redirect("/b"))
     server.route("/b", FeedServer.redirect("/a"))
 
-    with pytest.raises(FeedRejectedError, match=r"too many redirects from http://127\.0\.0\.1"):
+    with pytest.raises(FeedRejectedError, match=r"too many redirects .* from http://127\.0\.0\.1"):
         fetcher.fetch("stable", server.url("/a"), None)
 
     assert sleeps == []

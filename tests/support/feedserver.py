@@ -16,10 +16,12 @@ one request per connection).
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from tests.support.servers import Started
@@ -53,7 +55,9 @@ Route = Reply | Callable[[RecordedRequest], Reply]
 class FeedServer(Started):
     """A threaded HTTP server with settable routes; unknown paths answer 404."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: tuple[Path, Path] | None = None) -> None:
+        """``tls``: (certificate, key) files to serve https instead of http."""
+        self._tls = tls
         self._routes: dict[str, Route] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -67,6 +71,10 @@ class FeedServer(Started):
         self._stopping.clear()
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         server.daemon_threads = True
+        if self._tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self._tls)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -92,7 +100,8 @@ class FeedServer(Started):
         return int(self._server.server_address[1])
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
 
     def route(self, path: str, route: Route) -> None:
         with self._lock:
@@ -167,6 +176,12 @@ def _handler_for(server: FeedServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             self._reply("GET")
+
+        def do_POST(self) -> None:  # plays any JSON-over-POST API (Slack's) in hostile tests
+            length = self.headers.get("Content-Length", "")
+            if length.isascii() and length.isdigit():
+                self.rfile.read(int(length))
+            self._reply("POST")
 
         def _reply(self, method: str) -> None:
             request = RecordedRequest(

@@ -102,6 +102,10 @@ class Fault:
     ``application/json`` that is not JSON."""
     retry_after: int | None = None
     path_contains: str | None = None
+    raw: bytes | None = None
+    """These exact bytes as the body (``Content-Type: application/json``), any ``body``."""
+    headers: dict[str, str] | None = None
+    """Headers sent as given (a hostile ``Retry-After``, say)."""
 
 
 class FakeKubeApi(Started):
@@ -236,6 +240,8 @@ class FakeKubeApi(Started):
         body: str = "status",
         retry_after: int | None = None,
         path_contains: str | None = None,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """The next ``count`` matching requests (all when ``None``) get this answer.
 
@@ -253,6 +259,8 @@ class FakeKubeApi(Started):
                     body,
                     retry_after,
                     path_contains,
+                    raw,
+                    headers,
                 )
             )
 
@@ -940,6 +948,12 @@ def _not_found(resource: Any, name: str) -> aiohttp.web.Response:
 
 def _fault_response(fault: Fault) -> aiohttp.web.Response:
     headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None
+    if fault.headers is not None:
+        headers = {**(headers or {}), **fault.headers}
+    if fault.raw is not None:
+        return aiohttp.web.Response(
+            status=fault.status, body=fault.raw, content_type="application/json", headers=headers
+        )
     if fault.body == "status":
         return _status(fault.status, fault.reason, fault.message, headers=headers)
     if fault.body == "text":

@@ -96,6 +96,7 @@ class SlackApi(Started):
         self._calls: list[Call] = []
         self._messages: list[Message] = []
         self._failures: list[_Failure] = []
+        self._raw: list[tuple[str | None, _Answer, bytes]] = []
         self._last_ts = 0.0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -145,9 +146,18 @@ class SlackApi(Started):
         with self._lock:
             self._failures.append(_Failure(method, times, status, error, retry_after, processed))
 
+    def answer_raw(
+        self, method: str | None, status: int, body: bytes, headers: dict[str, str]
+    ) -> None:
+        """Every call of ``method`` (any when ``None``) answers these exact bytes and headers
+        (``Content-Type`` included) until ``heal``: hostile answers, for tests."""
+        with self._lock:
+            self._raw.append((method, _Answer(status, "", dict(headers)), body))
+
     def heal(self) -> None:
         """Forget every failure not yet served."""
         with self._lock:
+            self._raw.clear()
             self._failures.clear()
 
     def delete(self, ts: str, channel: str = CHANNEL) -> None:
@@ -183,6 +193,16 @@ class SlackApi(Started):
             error = answer.body.get("error") if isinstance(answer.body, dict) else "http"
             self._calls.append(Call(method, args, token, answer.status, error))
             return answer
+
+    def _raw_answer(
+        self, method: str, args: dict[str, Any], token: str | None
+    ) -> tuple[_Answer, bytes] | None:
+        with self._lock:
+            for wanted, answer, body in self._raw:
+                if wanted in (None, method):
+                    self._calls.append(Call(method, args, token, answer.status, "raw"))
+                    return answer, body
+        return None
 
     def _injected(self, method: str) -> tuple[_Answer, bool] | None:
         """The injected answer for this call, and whether the call takes effect anyway."""
@@ -369,6 +389,15 @@ def _handler_for(api: SlackApi) -> type[BaseHTTPRequestHandler]:
             auth = self.headers.get("Authorization") or ""
             token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
             method = parts.path.removeprefix("/api/")
+            raw = api._raw_answer(method, args, token)
+            if raw is not None:
+                self.send_response(raw[0].status)
+                for name, value in raw[0].headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(raw[1])))
+                self.end_headers()
+                self.wfile.write(raw[1])
+                return
             answer = api._answer(method, args, token)
             if isinstance(answer.body, dict):
                 data, kind = json.dumps(answer.body).encode(), "application/json; charset=utf-8"

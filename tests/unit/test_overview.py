@@ -195,10 +195,10 @@ def test_a_targets_detail_and_hostile_text() -> None:
     assert (detail["signed"], detail["key_fingerprint"]) == (True, "SHA256:k")
     job = detail["builds"][0]["jobs"][0]
     # control characters go (ESC becomes a space, as untrusted.clean does), lines stay
-    assert job["log_tail"] == "line one [0m\nline <b>two</b>"
+    assert job["log_tail"] == "line one\nline <b>two</b>"
     assert "\x07" not in job["message"]
     unsigned = target_detail(record, [], [], None, repository="r.test/d", release=None)
-    assert unsigned["last_error"] == "bad [31m thing here"
+    assert unsigned["last_error"] == "bad thing here"
     assert (unsigned["signed"], unsigned["slack"]) == (False, None)
     assert unsigned["pull"] == f"r.test/d:{record.tag}"
     assert slack_link(MessageRef("k", "C1/../x", "1.2")) is None
@@ -220,7 +220,7 @@ def test_cell_words_and_feeds() -> None:
         3,
     )
     [shown] = feeds_view([feed])["feeds"]
-    assert shown["last_error"] == "boom ]0;title"
+    assert shown["last_error"] == "boom"
     assert shown["healthy"] is False
     assert shown["consecutive_failures"] == 3
     mirror = replace(feed, url="https://user:s3cret@mirror.test:8443/r.json?token=abc#x")
@@ -236,3 +236,12 @@ def test_every_target_state_has_words_for_its_cell() -> None:
     for state in TargetState:
         record = replace(TargetRecord.new(make_target(), now=NOW), state=state, attempts=2)
         assert cell_words(record)
+
+
+def test_stored_text_with_non_ascii_digits_is_never_taken_for_a_number() -> None:
+    """``"²".isdigit()`` is true and ``int("²")`` raises: stored text is hostile."""
+    assert slack_link(MessageRef(message_key="k", channel="C0123", ts="²23.4")) is None
+    assert slack_link(MessageRef(message_key="k", channel="Cé01", ts="123.4")) is None
+    assert slack_link(MessageRef(message_key="k", channel="C0123", ts="1700000000.000100")) == (
+        "https://slack.com/archives/C0123/p1700000000000100"
+    )
