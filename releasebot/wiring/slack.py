@@ -22,7 +22,11 @@ from sqlalchemy import Engine
 from releasebot.config import Settings
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
-from releasebot.service.notifications import DeliveryReport, NotificationService
+from releasebot.service.notifications import (
+    DeliveryOutage,
+    DeliveryReport,
+    NotificationService,
+)
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring.core import reconcile_service, utc_now
 from releasebot.wiring.guard import SharedGuard
@@ -52,25 +56,40 @@ def notification_service(settings: Settings, store: StateStore) -> NotificationS
     return NotificationService(store=store, notifier=notifier)
 
 
-def deliver_guarded(guard: SharedGuard, service: NotificationService | None) -> None:
+def deliver_guarded(
+    guard: SharedGuard, service: NotificationService | None, outage: DeliveryOutage
+) -> None:
     """A delivery round under the cycle guard: during a leadership hand-over the old and
-    the new leader never search-then-post the same event at once."""
+    the new leader never search-then-post the same event at once. The database being away
+    (the guard cannot be taken or given back) is logged once per outage, never raised."""
     if service is None:
         return
-    with guard.hold() as held:
-        if held:
-            deliver_now(service)
+    try:
+        with guard.hold() as held:
+            if held:
+                deliver_now(service, outage)
+    except ReleasebotError as error:
+        outage.failed(error)
 
 
-def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
-    """One delivery round; a Slack problem is logged, never raised (builds never wait)."""
+def deliver_now(
+    service: NotificationService | None, outage: DeliveryOutage | None = None
+) -> DeliveryReport | None:
+    """One delivery round; a problem is logged (once per ``outage`` when one is given),
+    never raised (builds never wait)."""
     if service is None:
         return None
     try:
-        return service.deliver(utc_now())
+        report = service.deliver(utc_now())
     except ReleasebotError as error:
-        log.warning("notifications not delivered: %s", error)
+        if outage is None:
+            log.warning("notifications not delivered: %s", error)
+        else:
+            outage.failed(error)
         return None
+    if outage is not None:
+        outage.recovered()
+    return report
 
 
 class GuardedCommands:
@@ -102,10 +121,11 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
     slack = settings.slack
     store = SqlStateStore(engine)
     delivery = notification_service(settings, store)
+    outage = DeliveryOutage(log)
     signing_secret = slack.secret("signing_secret")
     app_token = slack.secret("app_token")
     if not signing_secret and not app_token:
-        yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery))
+        yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery, outage))
         return
     from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
     from releasebot.service.commands import CommandService
@@ -131,7 +151,9 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
                 return int(status), str(content_type), bytes(payload)
 
         if not app_token:
-            yield RunHooks(deliver=lambda: deliver_guarded(guard, delivery), slack=endpoint_call)
+            yield RunHooks(
+                deliver=lambda: deliver_guarded(guard, delivery, outage), slack=endpoint_call
+            )
             return
         from releasebot.chat.socket import SocketModeFrontDoor
 
@@ -153,7 +175,7 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
 
         def leader_round() -> None:
             connect()  # a lost or refused connection is retried every delivery round
-            deliver_guarded(guard, delivery)
+            deliver_guarded(guard, delivery, outage)
 
         yield RunHooks(
             on_lead_start=connect,
