@@ -35,12 +35,7 @@ def row_mapper(table: Table) -> Callable[[Callable[[Row[Any]], T]], Callable[[Ro
     def decorate(mapper: Callable[[Row[Any]], T]) -> Callable[[Row[Any]], T]:
         @functools.wraps(mapper)
         def read(row: Row[Any]) -> T:
-            values = row._mapping
-            for column, value in values.items():
-                if isinstance(value, Unreadable):
-                    raise unreadable_row(
-                        table.name, row, keys, f"{column} = {value.raw}: {value.why}"
-                    )
+            checked(table, row)
             try:
                 return mapper(row)
             except (ReleasebotError, ValueError, TypeError, KeyError, AttributeError) as error:
@@ -49,6 +44,15 @@ def row_mapper(table: Table) -> Callable[[Callable[[Row[Any]], T]], Callable[[Ro
         return read
 
     return decorate
+
+
+def checked(table: Table, row: Row[Any]) -> Row[Any]:
+    """``row``, once no column of it holds an ``Unreadable`` value (else one ``StoreError``)."""
+    for column, value in row._mapping.items():
+        if isinstance(value, Unreadable):
+            keys = tuple(key.name for key in table.primary_key.columns)
+            raise unreadable_row(table.name, row, keys, f"{column} = {value.raw}: {value.why}")
+    return row
 
 
 def unreadable_row(table: str, row: Row[Any], keys: tuple[str, ...], why: str) -> StoreError:

@@ -59,10 +59,15 @@ _WRITE_WAIT = "releasebot_write_wait"
 waits for ``STORE_WRITE_LOCK`` before giving up with a temporary error."""
 
 NOT_MIGRATED = "state store: database is not migrated; run `releasebot db upgrade`"
-READ_ONLY = (
-    "state store: the database is read-only for releasebot; it must write: make the SQLite "
-    "file and its directory writable, or point database.url at a writable PostgreSQL primary "
-    "with a role that may write the tables"
+READ_ONLY = "state store: the database is read-only, and releasebot must write to it"
+_READ_ONLY_ADVICE = {
+    "sqlite": "make the SQLite file and its directory writable (and drop mode=ro)",
+    "postgresql": "point database.url at a writable primary, not a standby or a read-only "
+    "database (default_transaction_read_only)",
+}
+NO_PRIVILEGE = (
+    "state store: the database role may not use releasebot's tables: grant it SELECT, "
+    "INSERT, UPDATE and DELETE on them (or use the role that ran `releasebot db upgrade`)"
 )
 
 _DETAIL_MAX_CHARS = 300
@@ -231,8 +236,11 @@ def translate_error(
     if isinstance(error, exc.DBAPIError):
         sqlstate = getattr(error.orig, "sqlstate", None) or ""
         message = str(error.orig).lower()
-        if _read_only(error.orig, sqlstate, message):
-            return StoreError(f"{READ_ONLY} ({render_url(url)}: {detail})")
+        if _read_only(error.orig, sqlstate):
+            advice = _READ_ONLY_ADVICE.get(url.get_backend_name(), "make it writable")
+            return StoreError(f"{READ_ONLY}: {advice} ({render_url(url)}: {detail})")
+        if sqlstate == "42501" and "permission denied for" in message and not connecting:
+            return StoreError(f"{NO_PRIVILEGE} ({render_url(url)}: {detail})")
         if connecting or error.connection_invalidated:
             if _refused_for_good(error.orig, sqlstate, message):
                 return StoreError(
@@ -265,15 +273,13 @@ def _url_secrets(url: URL) -> list[str]:
     return values
 
 
-def _read_only(origin: object, sqlstate: str, message: str) -> bool:
+def _read_only(origin: object, sqlstate: str) -> bool:
     """True when the database refuses releasebot's writes for good: a read-only SQLite file
-    (or directory), a PostgreSQL standby or ``default_transaction_read_only`` (25006), no
-    privilege on a table (42501, once connected)."""
-    if getattr(origin, "sqlite_errorname", None) in _SQLITE_READ_ONLY:
-        return True
-    if sqlstate in _PG_READ_ONLY_CODES:
-        return True
-    return sqlstate == "42501" and "permission denied for" in message and "database" not in message
+    (or directory), a PostgreSQL standby or ``default_transaction_read_only`` (25006)."""
+    return (
+        getattr(origin, "sqlite_errorname", None) in _SQLITE_READ_ONLY
+        or sqlstate in _PG_READ_ONLY_CODES
+    )
 
 
 def _refused_for_good(origin: object, sqlstate: str, message: str) -> bool:

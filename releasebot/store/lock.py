@@ -33,6 +33,7 @@ from types import TracebackType
 from sqlalchemy import Connection, Engine, delete, exc, insert, select, text, update
 
 from releasebot.domain.errors import ReleasebotError
+from releasebot.store.decode import checked
 from releasebot.store.engine import transaction, translate_error
 from releasebot.store.tables import locks
 
@@ -241,6 +242,8 @@ class CycleGuard:
         with self._transaction() as conn:
             row = conn.execute(select(locks).where(locks.c.name == self._name)).one_or_none()
             values = {"holder": holder, "expires_at": now + ttl}
+            if row is not None:
+                checked(locks, row)
             if row is None:
                 conn.execute(insert(locks).values(name=self._name, **values))
                 return True
