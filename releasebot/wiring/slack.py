@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from releasebot.config import Settings
+from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
 from releasebot.service.notifications import (
@@ -52,7 +53,12 @@ def notification_service(settings: Settings, store: StateStore) -> NotificationS
         base_url=slack.base_url,
         timeout=slack.timeout,
     )
-    notifier = SlackNotifier(client, channel=slack.channel, repository=settings.registry.repository)
+    notifier = SlackNotifier(
+        client,
+        channel=slack.channel,
+        repository=settings.registry.repository,
+        secrets=secret_values(settings),
+    )
     return NotificationService(store=store, notifier=notifier)
 
 
