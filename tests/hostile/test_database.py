@@ -6,11 +6,16 @@ registry), then damages it (SQL statements, a downgrade, a read-only mode, a rol
 grants), then runs the CLI as a real process: no traceback on stdout or stderr, the
 documented exit code, ONE stderr line naming the problem and what to do, and the stored
 rows unchanged. Where the advice is a command, the case runs it too and checks it works.
+
+Last, ``releasebot run`` through a PostgreSQL outage (a proxy the test cuts): one log line
+for the outage of the delivery rounds, one on recovery, no traceback, no password shown.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -35,6 +40,9 @@ from tests.support.hostile_cli import (
 from tests.support.kubeapi import FakeKubeApi
 from tests.support.postgres import POSTGRES_URL, fresh_postgres_database
 from tests.support.registryserver import RunningRegistry
+from tests.support.runprocess import ReleasebotProcess, free_port, wait_for
+from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
+from tests.support.tcpproxy import TcpProxy
 
 TAG = "580.178.04-flatcar4593.2.5"
 
@@ -143,3 +151,83 @@ def test_database_case(
             assert after.code == step["exit"], after.describe()
             for phrase in step.get("says", []):
                 assert phrase in after.stderr + after.stdout, after.describe()
+
+
+# -- the service through a PostgreSQL outage ------------------------------------------------
+
+OUTAGE_SECRETS = ("RunUserPw1", "RunSslPw2")
+
+
+@pytest.mark.timeout(180)
+def test_run_through_a_postgresql_outage(
+    tmp_path: Path,
+    served_feeds: FeedServer,
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    kube_api: FakeKubeApi,
+) -> None:
+    """``releasebot run`` (a real process, JSON logs) on PostgreSQL behind a proxy the test
+    cuts: /readyz says "store unreachable" without the URL's passwords, the delivery rounds
+    (every 10 s) log ONE line for the whole outage and no traceback, and one line when
+    delivery works again."""
+    with ExitStack() as stack:
+        direct = stack.enter_context(fresh_postgres_database())
+        proxy = stack.enter_context(TcpProxy((direct.host or "127.0.0.1", direct.port or 5432)))
+        url = (
+            f"postgresql+psycopg://{direct.username}:{OUTAGE_SECRETS[0]}@127.0.0.1:{proxy.port}"
+            f"/{direct.database}?sslpassword={OUTAGE_SECRETS[1]}&sslmode=disable"
+        )
+        slack = stack.enter_context(SlackApi())
+        port = free_port()
+        config = write_settings(
+            tmp_path / "releasebot.toml",
+            database_url=url,
+            flatcar_url=served_feeds.url("/releases-{channel}.json"),
+            nvidia_url=served_feeds.url("/nvidia.json"),
+            repository=plain_registry.repository(registry_name),
+            kubeconfig=kube_api.write_kubeconfig(tmp_path / "kubeconfig"),
+            namespace=kube_api.namespace,
+            extra=(
+                f'[slack]\nchannel = "{CHANNEL}"\nbase_url = "{slack.base_url}"\n'
+                f'[run]\nlisten = "127.0.0.1:{port}"\nleader_election = "none"\n'
+                'log_format = "json"\ninterval_seconds = 3600\n'
+            ),
+        )
+        env = {"RELEASEBOT_SLACK_BOT_TOKEN": BOT_TOKEN}
+        bot = stack.enter_context(
+            ReleasebotProcess(
+                ["run", "--config", str(config)], tmp_path / "run.log", port=port, env=env
+            )
+        )
+        bot.wait_serving()
+        wait_for(lambda: "cycle completed" in bot.output(), timeout=60, what="the first cycle")
+
+        proxy.cut()
+        down = wait_for(
+            lambda: (
+                (r := bot.get("/readyz", timeout=15)) is not None and r.status_code == 503 and r
+            ),
+            timeout=60,
+            what="/readyz 503",
+        )
+        assert "store unreachable" in down.text, down.text
+        assert "***" in down.text, down.text
+        wait_for(lambda: "notifications not delivered" in bot.output(), timeout=40, what="the line")
+        time.sleep(25)  # two or three more rounds fail while the database is away
+        proxy.restore()
+        wait_for(
+            lambda: "delivery works again" in bot.output(), timeout=60, what="the recovery line"
+        )
+        assert bot.terminate() == 0
+        output = bot.output()
+
+    assert_no_traceback(output)
+    records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    assert all("exc" not in record for record in records), output
+    outage_lines = [r for r in records if r["message"].startswith("notifications not delivered")]
+    assert len(outage_lines) == 1, output
+    assert outage_lines[0]["level"] == "warning"
+    assert len([r for r in records if "delivery works again" in r["message"]]) == 1, output
+    for secret in OUTAGE_SECRETS:
+        assert secret not in output, output
+        assert secret not in down.text, down.text
