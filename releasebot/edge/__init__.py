@@ -5,13 +5,16 @@ may use it, it uses nothing but the domain.
 
 - ``text``: third-party text (exception messages, reason phrases, server bodies) made one
   printable line of bounded length before it reaches an error, a log line or the store;
+- ``redact``: credentials masked (by form, and by known value) wherever text leaves the
+  process;
 - ``retry``: the one bounded-retry policy for retrying ONE call inside an adapter, and the
   ``Retry-After`` header;
 - ``kube``: the Kubernetes client (lightkube) made and its errors translated, for the two
   adapters that talk to the API server (the build Job launcher and the leader election).
 
-``text`` and ``retry`` import only the standard library; ``kube`` imports lightkube and is
-imported only by the Kubernetes adapters, so nothing here slows an import elsewhere.
+``text``, ``redact`` and ``retry`` import only the standard library; ``kube`` imports
+lightkube and is imported only by the Kubernetes adapters, so nothing here slows an import
+elsewhere.
 Deliberately not here: retries across cycles (the service decides from the error's class)
 and anything that knows one adapter's protocol.
 """
