@@ -32,45 +32,58 @@ MIN_SECRET_CHARS = 4
 """Shorter known values are not masked by value: masking every "a" or "10" would garble
 the text (their forms are still masked)."""
 
-_NAMES = (
-    r"[\w.-]*(?:pass(?:word|wd|phrase|file)?|pwd|secret|token|key|sig|signature|credentials?"
-    r"|auth|session)[\w.-]*"
+_SENSITIVE = re.compile(
+    r"(?i)pass(?:word|wd|phrase|file)?|pwd|secret|token|key|sig|credential|auth|session"
 )
 """Parameter names that carry a credential: any name containing one of these words."""
 
-_URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:'\"<>]*):[^/?#\s'\"<>]*@")
+# Every pattern below runs in time linear in the text, whatever the text: starts are
+# anchored by a lookbehind or a literal, names and quoted values are bounded. A hostile
+# message (a megabyte of "tokentoken...") must not cost a log line seconds.
+_NAME = r"(?P<name>[\w.-]{1,64})"
+_QUOTED = r"'(?:[^'\\\n]|\\.){0,512}'|\"(?:[^\"\\\n]|\\.){0,512}\""
+
+_URL_USERINFO = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/?#@\s:'\"<>]*)"
+    r":[^/?#\s'\"<>]*@"
+)
 """``scheme://user:password@``: the password part (up to the last '@' before the host, so
 an unencoded '@' inside the password is masked too)."""
 _URL_TOKEN_ONLY = re.compile(
-    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>(?:gh[pousr]_|glpat-|xox[a-z]-)[^/?#@\s]*)@"
+    r"(?P<head>(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://)"
+    r"(?:gh[pousr]_|glpat-|xox[a-z]-)[^/?#@\s]*@"
 )
 """``https://<token>@host``: a token standing alone as the user name."""
-_QUERY = re.compile(rf"(?i)(?P<head>[?&;](?:{_NAMES})=)[^&#;\s'\"<>]*")
-_KEYWORD = re.compile(
-    rf"(?i)(?P<head>(?<![\w.?&;/-])(?:{_NAMES})\s*=\s*)(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&#;,'\"<>)]+)"
-)
+_QUERY = re.compile(rf"(?P<head>[?&;]{_NAME}=)[^&#;=\s'\"<>]*")
+"""``?password=...``, ``&access_token=...``: a query parameter of a credential's name."""
+_KEYWORD = re.compile(rf"(?P<head>(?<![\w.?&;/-]){_NAME}\s*=\s*)(?:{_QUOTED}|[^\s&#;,='\"<>)]+)")
 """libpq's ``password=secret`` / ``password = 'a b'`` and any ``name=value`` of those names."""
-_JSON_MEMBER = re.compile(
-    rf"(?i)(?P<head>[\"'](?:{_NAMES})[\"']\s*:\s*)(?:\"(?:[^\"\\]|\\.)*\"|'[^']*')"
-)
+_JSON_MEMBER = re.compile(rf"(?P<head>[\"']{_NAME}[\"']\s*:\s*)(?:{_QUOTED})")
+"""``"password": "..."`` in a JSON (or a Python dict's) text."""
 _AUTHORIZATION = re.compile(
-    r"(?i)(?P<head>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:[A-Za-z-]+\s+)?)[^\s\"',;}\]]+"
+    r"(?i)(?P<head>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:[A-Za-z-]{1,32}\s+)?)"
+    r"[^\s\"',;}\]]+"
 )
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)[A-Za-z0-9._~+/=-]{4,}")
 _TOKEN_SHAPES = re.compile(
     r"\b(?:xox[abposr]-[A-Za-z0-9-]{6,}|xapp-[A-Za-z0-9-]{6,}|gh[pousr]_[A-Za-z0-9]{16,}"
     r"|glpat-[A-Za-z0-9_-]{16,})"
 )
+_NAMED = (_QUERY, _KEYWORD, _JSON_MEMBER)
+"""Patterns that match any name: only a credential's name has its value masked."""
 
 _PATTERNS = (
-    _URL_USERINFO,
-    _URL_TOKEN_ONLY,
-    _QUERY,
-    _KEYWORD,
-    _JSON_MEMBER,
-    _AUTHORIZATION,
-    _BEARER,
+    (("://",), _URL_USERINFO),
+    (("://",), _URL_TOKEN_ONLY),
+    (("=",), _QUERY),
+    (("=",), _KEYWORD),
+    ((":",), _JSON_MEMBER),
+    (("authorization",), _AUTHORIZATION),
+    (("bearer",), _BEARER),
+    (("xox", "xapp-", "gh", "glpat-"), _TOKEN_SHAPES),
 )
+"""Each pattern with the (lower-case) text it cannot match without: most lines hold none
+of it, and a substring test is far cheaper than a scan by the regex engine."""
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -102,13 +115,19 @@ def _redact(text: str, values: list[str]) -> str:
     for value in values:  # by value first: the forms below may split a value apart
         if value in text:
             text = text.replace(value, MASK)
-    for pattern in _PATTERNS:
-        text = pattern.sub(_keep_head, text)
-    return _TOKEN_SHAPES.sub(MASK, text)
+    lowered = text.lower()
+    for needles, pattern in _PATTERNS:
+        if any(needle in lowered for needle in needles):
+            text = pattern.sub(_keep_head, text)
+    return text
 
 
 def _keep_head(match: re.Match[str]) -> str:
+    if match.re is _TOKEN_SHAPES:
+        return MASK
     head = match.group("head")
+    if match.re in _NAMED and not _SENSITIVE.search(match.group("name")):
+        return match.group(0)
     if match.re is _URL_USERINFO:
         return f"{head}:{MASK}@"
     if match.re is _URL_TOKEN_ONLY:
