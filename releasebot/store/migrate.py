@@ -94,7 +94,7 @@ def downgrade(engine_or_url: EngineOrUrl, revision: str) -> None:
 
     with _connection(engine_or_url, write=True) as conn:
         lock_writes(conn, MIGRATION_LOCK)
-        _refuse_newer(conn, doing="downgrade it with the releasebot that migrated it")
+        _refuse_newer(conn, also="downgrade it with the releasebot that migrated it")
         if not _is_at(conn, revision):
             _run(lambda config: command.downgrade(config, revision), conn)
 
@@ -134,10 +134,9 @@ def newer_than_this_error(revisions: set[str]) -> StoreError:
     )
 
 
-def _refuse_newer(
-    conn: Connection, current: set[str] | None = None, *, doing: str = "upgrade releasebot"
-) -> None:
-    """Raise when the database is at a revision this releasebot's scripts do not know."""
+def _refuse_newer(conn: Connection, current: set[str] | None = None, *, also: str = "") -> None:
+    """Raise when the database is at a revision this releasebot's scripts do not know
+    (``also``: a second way out, added to the advice)."""
     current = _current(conn) if current is None else current
     if not current or current == {HEAD_REVISION}:
         return
@@ -145,9 +144,7 @@ def _refuse_newer(
     unknown = current - known
     if unknown:
         error = newer_than_this_error(unknown)
-        if doing != "upgrade releasebot":
-            error = StoreError(f"{error}, or {doing}")
-        raise error
+        raise StoreError(f"{error}, or {also}") if also else error
 
 
 def _current(conn: Connection) -> set[str]:

@@ -231,3 +231,37 @@ def test_run_through_a_postgresql_outage(
     for secret in OUTAGE_SECRETS:
         assert secret not in output, output
         assert secret not in down.text, down.text
+
+
+# -- rows only the service reads ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_outbox_row_of_an_unknown_kind_is_named(tmp_path: Path, backend: str) -> None:
+    """An event kind a newer releasebot wrote, met by a delivery round: one ``StoreError``
+    naming the outbox row (the round logs it once), never a ``ValueError``; the row stays."""
+    from datetime import UTC, datetime
+
+    from releasebot.domain.errors import StoreError
+    from releasebot.store import migrate
+    from releasebot.store.sql import SqlStateStore
+
+    with database(backend, tmp_path) as url:
+        migrate.upgrade(url)
+        execute(
+            url,
+            [
+                "INSERT INTO outbox (kind, message_key, subject, payload, created_at, attempts)"
+                " VALUES ('teleported', 'k#1', 's', '{}', '2026-01-01 00:00:00', 0)"
+            ],
+        )
+        before = snapshot(url, ["outbox"])
+        engine = make_engine(url)
+        try:
+            with pytest.raises(StoreError) as raised:
+                SqlStateStore(engine).pending_events(datetime(2026, 1, 2, tzinfo=UTC))
+        finally:
+            engine.dispose()
+        assert "table outbox, row id=1" in str(raised.value)
+        assert "teleported" in str(raised.value)
+        assert snapshot(url, ["outbox"]) == before
