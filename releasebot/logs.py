@@ -8,10 +8,10 @@
 - ``text``: ``HH:MM:SS level logger: message key=value ...``;
 - ``auto``: JSON unless stderr is a terminal (a Pod's stderr never is).
 
-``RedactSecrets`` replaces every known secret value (tokens, passwords, the database
-URL's password, as the caller lists them) by ``***`` in the message, string extras and
-tracebacks, before any formatter sees the record: a secret that slips into an exception
-message from a library still never reaches the log.
+``RedactSecrets`` masks every credential (``edge.redact``: by its form always, and every
+known secret value the caller lists: tokens, passwords, the database URL's) by ``***`` in
+the message, string extras and tracebacks, before any formatter sees the record: a secret
+that slips into an exception message from a library still never reaches the log.
 
 Deliberately not here: what to log (the modules log their decisions with ``extra``), the
 one-shot commands' ``releasebot: ...`` lines (``cli``), log shipping or rotation (the
@@ -28,9 +28,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from releasebot.edge.redact import Redactor
+
 FORMATS = ("auto", "json", "text")
-MIN_SECRET_CHARS = 4
-"""Shorter values are not redacted: masking every "a" or "10" would garble the log."""
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
     "asctime",
@@ -79,22 +79,18 @@ class TextFormatter(logging.Formatter):
 
 
 class RedactSecrets(logging.Filter):
-    """Replaces the given secret values by ``***`` wherever they appear in a record."""
+    """Masks every credential in a record: the given secret values, and any text shaped
+    like one (``edge.redact``) even when no value is known."""
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        # Longest first, so a secret containing another is masked whole.
-        found = {s for s in secrets if len(s) >= MIN_SECRET_CHARS}
-        self._secrets = sorted(found, key=len, reverse=True)
+        self.redact = Redactor(secrets)
 
-    def redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+    def learn(self, secrets: Iterable[str]) -> None:
+        """Mask these values too from now on (known once the settings are loaded)."""
+        self.redact.learn(secrets)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets:
-            return True
         record.msg, record.args = self.redact(record.getMessage()), None
         for key, value in _extras(record).items():
             if isinstance(value, str):

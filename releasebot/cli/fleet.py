@@ -61,9 +61,11 @@ def _fleet_plan(
     args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], None]
 ) -> tuple[Settings, CycleReport]:
     from releasebot.config import load_settings
+    from releasebot.config.secrets import secret_values
     from releasebot.wiring import reconcile_service, with_fleet
 
     settings = load_settings(args.config)
+    args.redact.learn(secret_values(settings))
     if not settings.fleet.enabled:
         error("warning: fleet.enabled is false: releasebot's cycles do not build for this fleet")
     with reconcile_service(with_fleet(settings), on_outcome, dry_run=True, cluster=False) as svc:

@@ -5,7 +5,9 @@ Thin on purpose. Heavy imports (SQLAlchemy, httpx) happen inside the commands so
 an exit code; no traceback reaches the user for a problem they can fix.
 
 Exit codes: 0 success; 1 the work could not be done (nothing could be planned, the store is
-unreachable); 2 bad usage or configuration.
+unreachable, read-only or newer than this releasebot, a registry or the API server
+refused); 2 bad usage or configuration. Every line on stderr passes through the credential
+mask (``logs.RedactSecrets``: by form always, by value once the settings are loaded).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from typing import TYPE_CHECKING
 from releasebot import __version__
 from releasebot.cli import fleet, retention
 from releasebot.cli.tables import print_coverage, print_targets, target_json
+from releasebot.domain.decisions import Action
 from releasebot.domain.errors import (
     ConfigError,
     ReleasebotError,
     UnknownTargetError,
     VersionError,
 )
+from releasebot.logs import RedactSecrets
 
 if TYPE_CHECKING:
     from releasebot.config import Settings
@@ -44,17 +48,18 @@ EXIT_USAGE = 2
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    _configure_logging(quiet=getattr(args, "quiet", False))
+    args.redact = RedactSecrets()  # learns the secret values once the settings are loaded
+    _configure_logging(quiet=getattr(args, "quiet", False), redact=args.redact)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
         return int(args.handler(args))
     except (ConfigError, VersionError, UnknownTargetError) as error:
-        _error(str(error))
+        _error(str(error), args)
         return EXIT_USAGE
     except ReleasebotError as error:
-        _error(str(error))
+        _error(str(error), args)
         return EXIT_FAILED
     except KeyboardInterrupt:
         _error("interrupted")
@@ -196,8 +201,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _load(args: argparse.Namespace) -> Settings:
     from releasebot.config import load_settings
+    from releasebot.config.secrets import secret_values
 
-    return load_settings(args.config)
+    settings = load_settings(args.config)
+    args.redact.learn(secret_values(settings))
+    return settings
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -257,9 +265,9 @@ def _run_plan(
         report = service.plan()
     assert report.plan is not None
     for warning in report.plan.warnings:
-        _error(f"warning: {warning}")
+        _error(f"warning: {warning}", args)
     for problem in report.errors:
-        _error(f"{problem} (states are shown as last known)")
+        _error(f"{problem} (states are shown as last known)", args)
     targets = report.targets or report.plan.targets
     coverage = fleet.coverage_of(report) if fleet_source is not None else None
     if coverage is None:
@@ -280,7 +288,9 @@ def _run_plan(
         sys.stdout.write("\nThe simulated fleet:\n")
         print_coverage(coverage, args.format, sys.stdout)
     if not report.plan.targets and report.plan.failed:
-        _error("nothing could be planned: fix the failing feeds above and run again")
+        _error("nothing could be planned: fix the failing feeds above and run again", args)
+        return EXIT_FAILED
+    if report.errors:  # the registry (or the store) could not say: the states are guesses
         return EXIT_FAILED
     return EXIT_OK
 
@@ -288,7 +298,7 @@ def _run_plan(
 def _on_outcome(args: argparse.Namespace) -> Callable[[FeedOutcome], None]:
     def on_outcome(outcome: FeedOutcome) -> None:
         if outcome.error is not None:
-            _error(str(outcome.error))
+            _error(str(outcome.error), args)
         elif not args.quiet:
             _progress(outcome)
 
@@ -359,9 +369,17 @@ def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
             detail = f": {decision.detail}" if decision.detail else ""
             print(f"{decision.action} {decision.tag}{job}{detail}")
     for problem in report.errors:
-        _error(problem)
+        _error(problem, args)
+    rejected = sum(1 for decision in report.decisions if decision.action is Action.REJECTED)
+    if rejected:
+        _error(
+            f"the API server refused {rejected} Job(s) (the lines above say why): fix the "
+            "cause, then `releasebot build` or `/releasebot retry` the tags",
+            args,
+        )
     planned = report.plan is not None and bool(report.plan.targets)
-    if report.errors or (report.plan is not None and report.plan.failed and not planned):
+    unplanned = report.plan is not None and report.plan.failed and not planned
+    if report.errors or rejected or unplanned:
         return EXIT_FAILED
     return EXIT_OK
 
@@ -376,7 +394,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     try:
         verification = verify_tag(settings, args.tag)
     except VerificationError as error:
-        _error(f"NOT verified {shown}: {error}")
+        _error(f"NOT verified {shown}: {error}", args)
         return EXIT_FAILED
     print(f"verified {shown}@{verification.digest}: {verification.summary()}")
     return EXIT_OK
@@ -433,21 +451,28 @@ class _StderrHandler(logging.Handler):
             self.handleError(record)
 
 
-def _configure_logging(*, quiet: bool) -> None:
-    """Adapters' warnings (retries, skipped work) as ``releasebot: ...`` lines on stderr."""
+def _configure_logging(*, quiet: bool, redact: RedactSecrets) -> None:
+    """Adapters' warnings (retries, skipped work) as ``releasebot: ...`` lines on stderr,
+    credentials masked by ``redact``."""
     logger = logging.getLogger("releasebot")
     if not logger.handlers:
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("releasebot: %(message)s"))
-        logger.addHandler(handler)
+        stderr = _StderrHandler()
+        stderr.setFormatter(logging.Formatter("releasebot: %(message)s"))
+        logger.addHandler(stderr)
         logger.propagate = False
+    for handler in logger.handlers:
+        for old in [f for f in handler.filters if isinstance(f, RedactSecrets)]:
+            handler.removeFilter(old)
+        handler.addFilter(redact)
     logger.setLevel(logging.ERROR if quiet else logging.WARNING)
 
 
 def _say(args: argparse.Namespace, message: str) -> None:
     if not args.quiet:
-        _error(message)
+        _error(message, args)
 
 
-def _error(message: str) -> None:
-    print(f"releasebot: {message}", file=sys.stderr)
+def _error(message: str, args: argparse.Namespace | None = None) -> None:
+    """One ``releasebot: ...`` line on stderr, every credential in it masked."""
+    redact = getattr(args, "redact", None) or RedactSecrets()
+    print(f"releasebot: {redact.redact(message)}", file=sys.stderr)

@@ -127,4 +127,7 @@ def write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
 
 
 def error(message: str) -> None:
-    print(f"releasebot: {message}", file=sys.stderr)
+    """One ``releasebot: ...`` line on stderr, any credential-shaped text in it masked."""
+    from releasebot.logs import RedactSecrets
+
+    print(f"releasebot: {RedactSecrets().redact(message)}", file=sys.stderr)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit
 
 from releasebot.builders import kaniko
 from releasebot.domain.errors import ConfigError, InvalidOptionError
@@ -26,6 +25,7 @@ from releasebot.domain.policy import IncompatiblePair, is_flatcar_channel
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch, is_driver_branch
 from releasebot.edge.parse import ValueRefusedError, check_path, parse_listen_address, parse_url
+from releasebot.edge.redact import redact
 from releasebot.edge.retry import MAX_RETRIES
 
 T = TypeVar("T")
@@ -87,15 +87,9 @@ retries = between(0, MAX_RETRIES)
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs and errors)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # not parseable: hide whatever stands before an '@'
-        return re.sub(r"://[^/@]*@", "://***@", url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """``url`` with every credential (userinfo password, ``?password=``, tokens...) replaced
+    by ``***`` (for logs and errors): ``edge.redact``'s forms."""
+    return redact(url)
 
 
 def feed_url(key: str, value: str) -> str:

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from releasebot.domain.events import Event, EventKind
+from releasebot.edge.redact import redact
 
 HEADER_MAX_CHARS = 150
 SECTION_MAX_CHARS = 3000
@@ -375,8 +376,9 @@ def _fold(events: Sequence[Event]) -> dict[str, object]:
 
 
 def _text(state: Mapping[str, object], key: str) -> str | None:
+    """A text field of the state; any credential in it (a URL's password, a token) masked."""
     value = state.get(key)
-    return value if isinstance(value, str) and value else None
+    return redact(value) if isinstance(value, str) and value else None
 
 
 def _int(state: Mapping[str, object], key: str) -> int | None:

@@ -44,6 +44,7 @@ from slack_sdk.http_retry.state import RetryState
 
 from releasebot.domain.errors import ChatRejectedError, ChatUnavailableError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.edge.redact import Redactor
 from releasebot.edge.retry import parse_retry_after
 from releasebot.edge.slackweb import BoundedWebClient
 from releasebot.edge.text import one_line
@@ -110,8 +111,12 @@ class SlackNotifier:
         repository: str,
         clock_skew: timedelta = timedelta(minutes=1),
         history_pages: int = 5,
+        secrets: Sequence[str] = (),
     ) -> None:
         self._client = client
+        # Messages mask credentials by their form (``render``); these values too, whatever
+        # form they reach an event in (a token a server echoed into an error).
+        self._redact = Redactor(secrets)
         self._channel = channel
         self._repository = repository
         self._clock_skew = clock_skew
@@ -121,7 +126,7 @@ class SlackNotifier:
         self, stored: StoredEvent, events_for_key: Sequence[Event], ref: MessageRef | None
     ) -> MessageRef:
         """Tell ``stored`` (the last of ``events_for_key``); the ref of its key's message."""
-        message = render_message(events_for_key, self._repository)
+        message = self._masked(render_message(events_for_key, self._repository))
         if ref is None:
             return self._post_message(stored, message)
         try:
@@ -139,9 +144,14 @@ class SlackNotifier:
             log.warning("message of %s is gone (%s); posting it again", ref.message_key, error)
             return self._post_message(stored, message)
         if self._find_reply(stored, ref) is None:
-            reply = render_thread_reply(stored.event, self._repository)
+            reply = self._masked(render_thread_reply(stored.event, self._repository))
             self._post(stored, reply, channel=ref.channel, thread_ts=ref.ts)
         return ref
+
+    def _masked(self, message: RenderedMessage) -> RenderedMessage:
+        if not self._redact.knows_values:
+            return message
+        return RenderedMessage(self._redact(message.text), _mask(message.blocks, self._redact))
 
     # -- posting once ----------------------------------------------------------------------
 
@@ -403,3 +413,14 @@ class _ConnectionErrorHandler(ConnectionErrorRetryHandler):
         state.next_attempt_requested = True
         self._sleep(self.interval_calculator.calculate_sleep_duration(state.current_attempt))
         state.increment_current_attempt()
+
+
+def _mask(value: Any, redact: Redactor) -> Any:
+    """``value`` (blocks: dicts, lists, strings) with every string passed through ``redact``."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_mask(item, redact) for item in value]
+    if isinstance(value, dict):
+        return {key: _mask(item, redact) for key, item in value.items()}
+    return value

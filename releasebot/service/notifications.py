@@ -17,18 +17,28 @@ build. One round (``deliver``) takes the due events oldest first:
 Nothing is sent twice: the notifier searches for an already-posted message before every
 post (see ``notify/slack.py``), which closes the window between Slack's answer and
 ``mark_delivered``. This module does not render, talk HTTP, or schedule itself.
+
+``DeliveryOutage`` keeps the log of rounds that cannot run at all (the database is away:
+the guard or the outbox cannot be read) to one warning when the outage starts and one line
+when delivery works again, however many rounds fail in between (every ten seconds).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from releasebot.domain.builds import retry_delay
-from releasebot.domain.errors import ChatRejectedError, PermanentError, TemporaryError
+from releasebot.domain.errors import (
+    ChatRejectedError,
+    PermanentError,
+    ReleasebotError,
+    TemporaryError,
+)
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 
 log = logging.getLogger("releasebot.notifications")
@@ -180,3 +190,37 @@ def discard_undeliverable(store: Outbox, now: datetime, *, batch: int = 200) -> 
     if discarded:
         log.warning("discarded %d notification(s): no notifier is configured", discarded)
     return discarded
+
+
+class DeliveryOutage:
+    """One warning per outage of delivery rounds, one info line on recovery, quiet between."""
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self._log = logger
+        self._lock = threading.Lock()
+        self._since: str | None = None  # the first error of the outage going on, if any
+
+    @property
+    def down(self) -> bool:
+        return self._since is not None
+
+    def failed(self, error: ReleasebotError) -> None:
+        """A round could not run because of ``error``: said once per outage."""
+        with self._lock:
+            first, self._since = self._since is None, self._since or str(error)
+        if first:
+            self._log.warning(
+                "notifications not delivered: %s (said once; the rounds go on and a line "
+                "says when delivery works again)",
+                error,
+                extra={"error": type(error).__name__},
+            )
+        else:
+            self._log.debug("notifications still not delivered: %s", error)
+
+    def recovered(self) -> None:
+        """A round ran: the outage, if there was one, is over."""
+        with self._lock:
+            was, self._since = self._since, None
+        if was is not None:
+            self._log.info("notifications: delivery works again (it stopped with: %s)", was)

@@ -168,8 +168,8 @@ class ReconcileService:
                 checked = self._read_digests(checked, digest_reads)
         except ReleasebotError as error:
             # Without the registry nothing can be called missing: launch nothing this time.
+            # Said once, by whoever shows the report (the CLI's line, `run`'s "cycle problem").
             report.errors.append(str(error))
-            log.warning("registry check failed: %s", error)
             return None
         self._store.save(targets=[t for t, c in zip(checked, current, strict=True) if t != c])
         report.targets = checked

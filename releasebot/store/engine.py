@@ -35,6 +35,7 @@ from releasebot.domain.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from releasebot.edge.redact import redact
 
 WRITE = "releasebot_write"
 """Execution option marking a connection whose next transaction writes (SQLite: IMMEDIATE)."""
@@ -58,6 +59,16 @@ _WRITE_WAIT = "releasebot_write_wait"
 waits for ``STORE_WRITE_LOCK`` before giving up with a temporary error."""
 
 NOT_MIGRATED = "state store: database is not migrated; run `releasebot db upgrade`"
+READ_ONLY = "state store: the database is read-only, and releasebot must write to it"
+_READ_ONLY_ADVICE = {
+    "sqlite": "make the SQLite file and its directory writable (and drop mode=ro)",
+    "postgresql": "point database.url at a writable primary, not a standby or a read-only "
+    "database (default_transaction_read_only)",
+}
+NO_PRIVILEGE = (
+    "state store: the database role may not use releasebot's tables: grant it SELECT, "
+    "INSERT, UPDATE and DELETE on them (or use the role that ran `releasebot db upgrade`)"
+)
 
 _DETAIL_MAX_CHARS = 300
 """How much of a driver's message goes into ours: its first line is what says why."""
@@ -94,6 +105,17 @@ _PG_CONNECT_PERMANENT_MESSAGES = (
 # SQLite result codes (``sqlite3.Error.sqlite_errorname``) of a file that is not a usable
 # database: a directory, a path without permission, a garbage or damaged file.
 _SQLITE_PERMANENT_OPEN = ("SQLITE_CANTOPEN", "SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_PERM")
+# A database that refuses writes, which releasebot cannot work without: not temporary (a
+# retry meets the same file mode or the same standby), not "cannot reach".
+_SQLITE_READ_ONLY = (
+    "SQLITE_READONLY",
+    "SQLITE_READONLY_DIRECTORY",
+    "SQLITE_READONLY_DBMOVED",
+    "SQLITE_READONLY_CANTINIT",
+    "SQLITE_READONLY_RECOVERY",
+    "SQLITE_READONLY_CANTLOCK",
+)
+_PG_READ_ONLY_CODES = ("25006",)  # read_only_sql_transaction
 
 
 def make_engine(
@@ -138,8 +160,9 @@ def make_engine(
 
 
 def render_url(url: URL) -> str:
-    """``url`` fit for a message or a log line: never with its password."""
-    return url.render_as_string(hide_password=True)
+    """``url`` fit for a message or a log line: never with its password, in the userinfo
+    or in the query string (``?password=``, ``sslpassword=``...)."""
+    return redact(url.render_as_string(hide_password=True))
 
 
 def lock_writes(conn: Connection, key: int = STORE_WRITE_LOCK) -> None:
@@ -209,12 +232,15 @@ def translate_error(
     (the schema was never migrated), data the database refused (a constraint, a value too
     long), and anything else.
     """
-    detail = _detail(error)
-    if url.password:
-        detail = detail.replace(str(url.password), "***")
+    detail = redact(_detail(error), _url_secrets(url))
     if isinstance(error, exc.DBAPIError):
         sqlstate = getattr(error.orig, "sqlstate", None) or ""
         message = str(error.orig).lower()
+        if _read_only(error.orig, sqlstate):
+            advice = _READ_ONLY_ADVICE.get(url.get_backend_name(), "make it writable")
+            return StoreError(f"{READ_ONLY}: {advice} ({render_url(url)}: {detail})")
+        if sqlstate == "42501" and "permission denied for" in message and not connecting:
+            return StoreError(f"{NO_PRIVILEGE} ({render_url(url)}: {detail})")
         if connecting or error.connection_invalidated:
             if _refused_for_good(error.orig, sqlstate, message):
                 return StoreError(
@@ -236,6 +262,24 @@ def translate_error(
         ):
             return StoreError(f"state store refused the data: {detail}")
     return StoreError(f"state store: {detail}")
+
+
+def _url_secrets(url: URL) -> list[str]:
+    """The secret values a database URL holds: its password, in the userinfo or the query."""
+    values = [str(url.password)] if url.password else []
+    for name, value in url.query.items():
+        if "pass" in name.lower() or "secret" in name.lower():
+            values.extend([value] if isinstance(value, str) else list(value))
+    return values
+
+
+def _read_only(origin: object, sqlstate: str) -> bool:
+    """True when the database refuses releasebot's writes for good: a read-only SQLite file
+    (or directory), a PostgreSQL standby or ``default_transaction_read_only`` (25006)."""
+    return (
+        getattr(origin, "sqlite_errorname", None) in _SQLITE_READ_ONLY
+        or sqlstate in _PG_READ_ONLY_CODES
+    )
 
 
 def _refused_for_good(origin: object, sqlstate: str, message: str) -> bool:

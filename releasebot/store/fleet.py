@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, func, insert, select, update
 
 from releasebot.domain.fleet import ParsedNode
 from releasebot.domain.fleet_records import FleetObservation, FleetRecord, diff_fleet
+from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error
 from releasebot.store.tables import fleet_nodes
 
@@ -79,5 +80,6 @@ def _observation(row: Row[Any]) -> FleetObservation:
     )
 
 
+@row_mapper(fleet_nodes)
 def _record(row: Row[Any]) -> FleetRecord:
     return FleetRecord(_observation(row), row.first_seen_at, row.last_seen_at)

@@ -34,6 +34,7 @@ from sqlalchemy import Connection, Engine, delete, exc, insert, select, text, up
 
 from releasebot.domain.errors import ReleasebotError
 from releasebot.edge.parse import parse_decimal
+from releasebot.store.decode import checked
 from releasebot.store.engine import transaction, translate_error
 from releasebot.store.tables import locks
 
@@ -242,6 +243,8 @@ class CycleGuard:
         with self._transaction() as conn:
             row = conn.execute(select(locks).where(locks.c.name == self._name)).one_or_none()
             values = {"holder": holder, "expires_at": now + ttl}
+            if row is not None:
+                checked(locks, row)
             if row is None:
                 conn.execute(insert(locks).values(name=self._name, **values))
                 return True

@@ -14,10 +14,17 @@ IMMEDIATE`` queues them, on PostgreSQL an advisory lock (``engine.MIGRATION_LOCK
 Whoever waited then finds the database already where it asked, and runs nothing. As in the
 store adapter, SQLAlchemy and Alembic errors come out as ``StoreError`` or
 ``StoreUnavailableError``. This module does not decide *when* to migrate; the caller does.
+
+``schema_status`` is what every command asks before it uses the store: a database migrated
+by a NEWER releasebot (a revision this one's scripts do not know) is refused with "upgrade
+releasebot" rather than read as if it were empty or old; a database at the newest revision
+with a table missing (dropped by hand) is refused with advice that works: ``db upgrade``
+re-creates missing tables (empty) when the revision says they should be there.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +35,9 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 
 from releasebot.domain.errors import StoreError
+from releasebot.edge.text import one_line
 from releasebot.store.engine import MIGRATION_LOCK, lock_writes, make_engine, transaction
+from releasebot.store.tables import metadata
 
 if TYPE_CHECKING:  # Alembic is imported only when a migration really runs (start-up cost)
     from alembic.config import Config
@@ -53,14 +62,30 @@ def migrations_dir() -> Path:
     raise StoreError(f"state store: migrations not found (looked in {looked})")
 
 
+class Schema(enum.Enum):
+    """Where a database's schema stands relative to this releasebot's migrations."""
+
+    EMPTY = "empty"
+    """Never migrated: no version table (a new database)."""
+    BEHIND = "behind"
+    """At an older revision this releasebot knows: ``upgrade`` brings it to the head."""
+    CURRENT = "current"
+    """At this releasebot's newest revision, with every table there."""
+
+
 def upgrade(engine_or_url: EngineOrUrl, revision: str = "head") -> None:
-    """Migrate the database up to ``revision`` (the newest schema by default)."""
+    """Migrate the database up to ``revision`` (the newest schema by default); at the head,
+    re-create any table that is missing (dropped by hand), empty."""
     from alembic import command
 
     with _connection(engine_or_url, write=True) as conn:
         lock_writes(conn, MIGRATION_LOCK)
+        _refuse_newer(conn)
         if not _is_at(conn, revision):
             _run(lambda config: command.upgrade(config, revision), conn)
+        if _current(conn) == {head_revision()}:
+            missing = _missing_tables(conn)
+            metadata.create_all(conn, tables=[metadata.tables[name] for name in missing])
 
 
 def downgrade(engine_or_url: EngineOrUrl, revision: str) -> None:
@@ -69,8 +94,69 @@ def downgrade(engine_or_url: EngineOrUrl, revision: str) -> None:
 
     with _connection(engine_or_url, write=True) as conn:
         lock_writes(conn, MIGRATION_LOCK)
+        _refuse_newer(conn, also="downgrade it with the releasebot that migrated it")
         if not _is_at(conn, revision):
             _run(lambda config: command.downgrade(config, revision), conn)
+
+
+def schema_status(engine_or_url: EngineOrUrl) -> Schema:
+    """Where the database's schema stands; raises ``StoreError`` when this releasebot must
+    not use it: migrated by a newer releasebot, or a table missing at the newest revision.
+
+    One cheap query when the database is current; Alembic's scripts are read only when it
+    is not (to tell an older revision from a newer one).
+    """
+    with _connection(engine_or_url) as conn:
+        current = _current(conn)
+        if current == {HEAD_REVISION}:
+            missing = _missing_tables(conn)
+            if missing:
+                raise StoreError(
+                    f"state store: table(s) {', '.join(missing)} missing from the database "
+                    f"(at revision {HEAD_REVISION}): run `releasebot db upgrade` to re-create "
+                    "them empty (restore a backup to get their rows back)"
+                )
+            return Schema.CURRENT
+        if not current:
+            return Schema.EMPTY
+        _refuse_newer(conn, current)
+        return Schema.BEHIND
+
+
+def newer_than_this_error(revisions: set[str]) -> StoreError:
+    """The refusal of a database migrated by a newer releasebot than this one."""
+    from releasebot import __version__
+
+    shown = ", ".join(sorted(one_line(revision, 40) for revision in revisions))
+    return StoreError(
+        f"state store: this database is newer than releasebot {__version__} (revision "
+        f"{shown}; this releasebot knows up to {head_revision()}): upgrade releasebot"
+    )
+
+
+def _refuse_newer(conn: Connection, current: set[str] | None = None, *, also: str = "") -> None:
+    """Raise when the database is at a revision this releasebot's scripts do not know
+    (``also``: a second way out, added to the advice)."""
+    current = _current(conn) if current is None else current
+    if not current or current == {HEAD_REVISION}:
+        return
+    known = {script.revision for script in _scripts().walk_revisions()}
+    unknown = current - known
+    if unknown:
+        error = newer_than_this_error(unknown)
+        raise StoreError(f"{error}, or {also}") if also else error
+
+
+def _current(conn: Connection) -> set[str]:
+    """The revisions in Alembic's version table; empty when there is none (never migrated)."""
+    if not _has_table(conn, "alembic_version"):
+        return set()
+    return {str(row[0]) for row in conn.execute(text("SELECT version_num FROM alembic_version"))}
+
+
+def _missing_tables(conn: Connection) -> list[str]:
+    present = set(conn.dialect.get_table_names(conn))
+    return sorted(name for name in metadata.tables if name not in present)
 
 
 def current_revision(engine_or_url: EngineOrUrl) -> str | None:
@@ -92,10 +178,7 @@ def is_at_head(engine_or_url: EngineOrUrl) -> bool:
     One plain query against Alembic's version table, without importing Alembic.
     """
     with _connection(engine_or_url) as conn:
-        if not _has_table(conn, "alembic_version"):
-            return False
-        current = {row[0] for row in conn.execute(text("SELECT version_num FROM alembic_version"))}
-    return current == {HEAD_REVISION}
+        return _current(conn) == {HEAD_REVISION}
 
 
 def _is_at(conn: Connection, revision: str) -> bool:

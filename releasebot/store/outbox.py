@@ -19,6 +19,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
 
 from releasebot.domain.events import Event, EventKind, MessageRef, Payload, StoredEvent
+from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error
 from releasebot.store.tables import flags, message_refs, outbox
 
@@ -125,6 +126,7 @@ def _event_values(event: Event) -> dict[str, Any]:
     }
 
 
+@row_mapper(outbox)
 def _stored_event(row: Row[Any]) -> StoredEvent:
     return StoredEvent(
         id=row.id,

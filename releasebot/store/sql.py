@@ -25,7 +25,6 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, or_, select, update
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
-from releasebot.domain.errors import ReleasebotError, StoreError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.fleet import ParsedNode
 from releasebot.domain.fleet_records import FleetRecord
@@ -43,8 +42,8 @@ from releasebot.domain.models import (
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
-from releasebot.edge.text import one_line
 from releasebot.store import fleet, outbox, retention
+from releasebot.store.decode import row_mapper
 from releasebot.store.engine import transaction
 from releasebot.store.limits import fit_error, fit_log, kept_validators
 from releasebot.store.tables import (
@@ -411,6 +410,7 @@ def _validators(row: Row[Any]) -> Validators:
     return Validators(etag=row.etag, last_modified=row.last_modified, body_sha256=row.body_sha256)
 
 
+@row_mapper(feeds)
 def _feed_state(row: Row[Any]) -> FeedState:
     return FeedState(
         name=row.name,
@@ -440,6 +440,7 @@ def _flatcar_values(release: FlatcarRelease) -> Values:
     }
 
 
+@row_mapper(flatcar_releases)
 def _flatcar_release(row: Row[Any]) -> FlatcarRelease:
     return FlatcarRelease(
         version=FlatcarVersion.parse(row.version),
@@ -464,6 +465,7 @@ def _driver_values(driver: DriverRelease) -> Values:
     }
 
 
+@row_mapper(driver_releases)
 def _driver_release(row: Row[Any]) -> DriverRelease:
     return DriverRelease(
         version=DriverVersion.parse(row.version),
@@ -500,25 +502,21 @@ def _target_values(record: TargetRecord) -> Values:
     }
 
 
+@row_mapper(targets)
 def _target_record(row: Row[Any]) -> TargetRecord:
-    try:
-        target = Target(
-            tag=row.tag,
-            driver_version=DriverVersion.parse(row.driver_version),
-            driver_branch=row.driver_branch,
-            flatcar_version=FlatcarVersion.parse(row.flatcar_version),
-            flatcar_channel=row.flatcar_channel,
-            kernel=row.kernel,
-            arches=split_arches(row.arches),
-            reasons=TargetReason.parse_all(row.reasons),
-        )
-        state = TargetState(row.state)
-    except (ReleasebotError, ValueError) as error:  # a row no version of releasebot wrote
-        shown = one_line(row.tag, 140)
-        raise StoreError(f"state store: target {shown!r} is unreadable: {error}") from error
+    target = Target(
+        tag=row.tag,
+        driver_version=DriverVersion.parse(row.driver_version),
+        driver_branch=row.driver_branch,
+        flatcar_version=FlatcarVersion.parse(row.flatcar_version),
+        flatcar_channel=row.flatcar_channel,
+        kernel=row.kernel,
+        arches=split_arches(row.arches),
+        reasons=TargetReason.parse_all(row.reasons),
+    )
     return TargetRecord(
         target=target,
-        state=state,
+        state=TargetState(row.state),
         required=row.required,
         first_planned_at=row.first_planned_at,
         updated_at=row.updated_at,
@@ -577,6 +575,7 @@ def _build_values(build: BuildRecord) -> Values:
     }
 
 
+@row_mapper(builds)
 def _build_record(row: Row[Any]) -> BuildRecord:
     return BuildRecord(
         tag=row.tag,

@@ -13,6 +13,7 @@ not trim values to fit (``limits.py``, which the in-memory store shares).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.types import TypeDecorator
 
 from releasebot.domain.versions import Arch, sorted_arches
+from releasebot.edge.text import one_line
 from releasebot.store.limits import ERROR_MAX_CHARS
 
 # Explicit constraint names, so that migrations can name what they alter or drop, and
@@ -53,6 +55,17 @@ TAG_LENGTH = 128
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """What a column holds that cannot be read as its type (``raw``, shown safely): a
+    timestamp another program stored as text, say. Handed back in place of the value, so
+    that the row's mapper (``store.decode``) can name the table, the row and the column
+    instead of the driver failing somewhere inside a fetch."""
+
+    raw: str
+    why: str
+
+
 class UtcDateTime(TypeDecorator[datetime]):
     """A timestamp stored in UTC and always read back as an aware UTC ``datetime``.
 
@@ -70,10 +83,21 @@ class UtcDateTime(TypeDecorator[datetime]):
             raise ValueError(f"naive datetime {value.isoformat()} given to the state store")
         return value.astimezone(UTC)
 
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        process = super().result_processor(dialect, coltype)
+
+        def read(value: Any) -> Any:
+            try:
+                return process(value) if process is not None else value
+            except (ValueError, TypeError, OverflowError) as error:
+                return Unreadable(raw=one_line(repr(value), 60), why=one_line(error, 80))
+
+        return read
+
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if not isinstance(value, datetime):  # pragma: no cover - drivers always parse it
+        if not isinstance(value, datetime):  # a number or text another program stored
             raise TypeError(f"expected a datetime from the database, got {type(value)!r}")
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)

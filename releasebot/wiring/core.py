@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.domain.attestation import Verification
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.errors import ConfigError, StoreError
 from releasebot.domain.ports import FleetSource, JobLauncher, NodeAnnotator, Registry, StateStore
 from releasebot.service.fleet import FleetService
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
@@ -54,8 +54,11 @@ def open_engine(url: str) -> Iterator[Engine]:
 
 
 def migrated_store(engine: Engine, *, keep_events: bool = True) -> SqlStateStore:
-    """The store on ``engine``, migrated to the newest schema first if it is behind."""
-    if not migrate.is_at_head(engine):
+    """The store on ``engine``, migrated to the newest schema first if it is behind.
+
+    Checked before any use: a database a newer releasebot migrated, or one missing a
+    table, is refused (``StoreError``) rather than written to."""
+    if migrate.schema_status(engine) is not migrate.Schema.CURRENT:
         migrate.upgrade(engine)
     return SqlStateStore(engine, keep_events=keep_events)
 
@@ -90,8 +93,25 @@ def _store_for(
         yield DryRunStore(MemoryStateStore())
         return
     with open_engine(url) as own:
-        inner: StateStore = SqlStateStore(own) if migrate.is_at_head(own) else MemoryStateStore()
-        yield DryRunStore(inner)
+        yield DryRunStore(read_only_store(own))
+
+
+def read_only_store(engine: Engine) -> StateStore:
+    """The store a dry run reads: the database as it is, or empty if it was never migrated.
+
+    A dry run migrates nothing, so a database at an older schema is refused with the advice
+    to migrate it first (planning from an empty store instead would ignore its pause flag,
+    its failures and its builds, and pretend); a newer one is refused by ``schema_status``.
+    """
+    status = migrate.schema_status(engine)
+    if status is migrate.Schema.EMPTY:
+        return MemoryStateStore()
+    if status is migrate.Schema.BEHIND:
+        raise StoreError(
+            "state store: the database's schema is older than this releasebot's and a dry "
+            "run migrates nothing: run `releasebot db upgrade` first"
+        )
+    return SqlStateStore(engine)
 
 
 def _missing_sqlite_file(url: str) -> bool:

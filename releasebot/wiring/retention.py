@@ -21,9 +21,13 @@ from releasebot.registry.janitor import OrasJanitor
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.retention import RetentionService
 from releasebot.store.dryrun import DryRunStore
-from releasebot.store.memory import MemoryStateStore
-from releasebot.store.sql import SqlStateStore
-from releasebot.wiring.core import make_registry, migrated_store, open_engine, utc_now
+from releasebot.wiring.core import (
+    make_registry,
+    migrated_store,
+    open_engine,
+    read_only_store,
+    utc_now,
+)
 
 
 @contextmanager
@@ -43,15 +47,9 @@ def retention_service(
         stack.enter_context(closing(registry))
         if engine is None:
             engine = stack.enter_context(open_engine(settings.database.url))
-        store: StateStore
-        if apply:
-            store = migrated_store(engine)
-        else:
-            from releasebot.store import migrate
-
-            store = DryRunStore(
-                SqlStateStore(engine) if migrate.is_at_head(engine) else MemoryStateStore()
-            )
+        store: StateStore = (
+            migrated_store(engine) if apply else DryRunStore(read_only_store(engine))
+        )
         if fleet_source is None and settings.fleet.enabled:
             fleet_source = stack.enter_context(_cluster_fleet(settings))
         retention = settings.retention

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from contextlib import ExitStack, closing
 from datetime import timedelta
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from releasebot.config import Settings
+from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ConfigError
 from releasebot.edge.parse import parse_listen_address
 from releasebot.service.plan import FeedOutcome
@@ -34,24 +34,6 @@ from releasebot.wiring.web import listen_address, overview_app
 if TYPE_CHECKING:
     from releasebot.domain.ports import LeaderElector
     from releasebot.service.retention import RetentionService
-
-
-def secret_values(settings: Settings) -> list[str]:
-    """Every secret the settings hold, for the log filter that masks them."""
-    values = [settings.registry.password, make_url_password(settings.database.url)]
-    for name in ("bot_token", "signing_secret", "app_token"):
-        try:
-            values.append(settings.slack.secret(name))
-        except ConfigError:  # an unreadable file: the feature using it reports that
-            continue
-    return [value for value in values if value]
-
-
-def make_url_password(url: str) -> str:
-    try:
-        return urlsplit(url).password or ""
-    except ValueError:
-        return ""
 
 
 def make_elector(settings: Settings, identity: str) -> LeaderElector:
@@ -101,17 +83,19 @@ def run_service(
     Exit code 0 after a clean shutdown. A cycle still running after the shutdown grace is
     abandoned by ending the process at once (see ``service.runner``).
     """
-    from releasebot.logs import configure_logging
+    from releasebot.logs import RedactSecrets, configure_logging
     from releasebot.service.metrics import ServiceMetrics
     from releasebot.service.runner import Runner
     from releasebot.store.engine import ping
     from releasebot.web.server import HttpServer
 
+    secrets = secret_values(settings)
     configure_logging(
         log_format or settings.run.log_format,
         level=logging.WARNING if quiet else logging.INFO,
-        secrets=secret_values(settings),
+        secrets=secrets,
     )
+    redact = RedactSecrets(secrets).redact  # the /readyz body is unauthenticated
     stop = stop or threading.Event()
     _on_signals(stop)
     run = settings.run
@@ -155,7 +139,7 @@ def run_service(
                 host,
                 port,
                 alive=runner.alive,
-                ready=runner.readiness,
+                ready=lambda: _redacted(runner.readiness(), redact),
                 metrics=metrics.render,
                 slack=hooks.slack,
                 pages=None if own_port else pages,
@@ -206,6 +190,11 @@ def _retain(service: RetentionService, *, apply: bool) -> None:
         len(report.plan.keep),
         extra={"dry_run": not apply},
     )
+
+
+def _redacted(readiness: tuple[bool, str], redact: Callable[[str], str]) -> tuple[bool, str]:
+    ready, why = readiness
+    return ready, redact(why)
 
 
 def _log_feed(outcome: FeedOutcome) -> None:

@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from releasebot.config import Settings
+from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
 from releasebot.service.notifications import (
+    DeliveryOutage,
     DeliveryReport,
     NotificationService,
     discard_undeliverable,
@@ -54,32 +56,51 @@ def notification_service(settings: Settings, store: StateStore) -> NotificationS
         base_url=slack.base_url,
         timeout=slack.timeout,
     )
-    notifier = SlackNotifier(client, channel=slack.channel, repository=settings.registry.repository)
+    notifier = SlackNotifier(
+        client,
+        channel=slack.channel,
+        repository=settings.registry.repository,
+        secrets=secret_values(settings),
+    )
     return NotificationService(store=store, notifier=notifier)
 
 
-def deliver_guarded(guard: SharedGuard, service: NotificationService | None) -> None:
+def deliver_guarded(
+    guard: SharedGuard, service: NotificationService | None, outage: DeliveryOutage
+) -> None:
     """A delivery round under the cycle guard: during a leadership hand-over the old and
-    the new leader never search-then-post the same event at once."""
+    the new leader never search-then-post the same event at once. The database being away
+    (the guard cannot be taken or given back) is logged once per outage, never raised."""
     if service is None:
         return
-    with guard.hold() as held:
-        if held:
-            deliver_now(service)
+    try:
+        with guard.hold() as held:
+            if held:
+                deliver_now(service, outage)
+    except ReleasebotError as error:
+        outage.failed(error)
 
 
-def discard_guarded(guard: SharedGuard, store: StateStore) -> Callable[[], None]:
+def discard_guarded(
+    guard: SharedGuard, store: StateStore, outage: DeliveryOutage
+) -> Callable[[], None]:
     """The delivery round without a notifier: once, under the guard, drop the events an
-    older releasebot queued with Slack off (this one queues none then)."""
+    older releasebot queued with Slack off (this one queues none then). The database
+    being away is logged once per outage, as for delivery."""
     done: list[bool] = []
 
     def round_() -> None:
         if done:
             return
-        with guard.hold() as held:
-            if held:
-                discard_now(store)
-                done.append(True)
+        try:
+            with guard.hold() as held:
+                if held:
+                    discard_now(store)
+                    done.append(True)
+        except ReleasebotError as error:
+            outage.failed(error)
+            return
+        outage.recovered()
 
     return round_
 
@@ -92,15 +113,24 @@ def discard_now(store: StateStore) -> None:
         log.warning("could not clear the notifications nobody delivers: %s", error)
 
 
-def deliver_now(service: NotificationService | None) -> DeliveryReport | None:
-    """One delivery round; a Slack problem is logged, never raised (builds never wait)."""
+def deliver_now(
+    service: NotificationService | None, outage: DeliveryOutage | None = None
+) -> DeliveryReport | None:
+    """One delivery round; a problem is logged (once per ``outage`` when one is given),
+    never raised (builds never wait)."""
     if service is None:
         return None
     try:
-        return service.deliver(utc_now())
+        report = service.deliver(utc_now())
     except ReleasebotError as error:
-        log.warning("notifications not delivered: %s", error)
+        if outage is None:
+            log.warning("notifications not delivered: %s", error)
+        else:
+            outage.failed(error)
         return None
+    if outage is not None:
+        outage.recovered()
+    return report
 
 
 class GuardedCommands:
@@ -166,10 +196,11 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
     slack = settings.slack
     store = SqlStateStore(engine)
     delivery = notification_service(settings, store)
+    outage = DeliveryOutage(log)
     deliver: Callable[[], None] = (
-        discard_guarded(guard, store)
+        discard_guarded(guard, store, outage)
         if delivery is None
-        else lambda: deliver_guarded(guard, delivery)
+        else lambda: deliver_guarded(guard, delivery, outage)
     )
     signing_secret = slack.secret("signing_secret")
     app_token = slack.secret("app_token")
