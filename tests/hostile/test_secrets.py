@@ -92,7 +92,9 @@ def _feed_failing(text: str) -> Event:
     return Event(EventKind.FEED_FAILING, "feed:flatcar/stable", "flatcar/stable", now, payload)
 
 
-@pytest.mark.parametrize("path", [p for p in CASES if not load_case(p).get("known_secrets")])
+@pytest.mark.parametrize(
+    "path", [case for case in CASES if not load_case(case.values[0]).get("known_secrets")]
+)
 def test_slack_message_rendered(path: Path) -> None:
     """The pure rendering masks the forms (no secret value is known there; the values with
     no recognisable form are masked by the notifier: ``test_slack_message_sent``)."""
