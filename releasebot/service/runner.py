@@ -1,6 +1,6 @@
 """``Runner``: the scheduler loop of ``releasebot run``, one leader at a time.
 
-APScheduler 3.11's ``BackgroundScheduler`` runs three interval jobs on a pool of three
+APScheduler 3.11's ``BackgroundScheduler`` runs its interval jobs on a pool of three
 threads, so a long cycle never delays a lease renewal:
 
 - ``lead`` every third of the lease: acquire or renew the leadership; on a change call
@@ -13,7 +13,9 @@ threads, so a long cycle never delays a lease renewal:
 - ``retention`` (only when given) every ``retention_check_every``: ``retain()``, which
   runs the retention callable on the leader, under the cycle guard, once per
   ``retention_every`` (a run skipped because a cycle held the guard is tried again at the
-  next check, not a day later).
+  next check, not a day later). The checks are jittered by up to one delivery period:
+  delivery holds the guard for each round, and checks in step with the rounds (both
+  periods round, both started together) would find it busy every time.
 
 Every job has ``coalesce=True`` (runs missed while the process was busy or suspended
 become ONE run) and ``max_instances=1`` (a cycle never overlaps itself; a run due while
@@ -98,7 +100,8 @@ class RunnerOptions:
     """How often retention runs (when it is given)."""
     retention_check_every: timedelta = timedelta(minutes=10)
     """How often the leader checks whether retention is due; the first check comes this
-    long after the start, once the first cycle has read the feeds and the fleet."""
+    long after the start, once the first cycle has read the feeds and the fleet; the
+    later ones up to ``deliver_every`` later (jitter), out of step with delivery."""
 
     @property
     def follow_every(self) -> timedelta:
@@ -186,7 +189,11 @@ class Runner:
             ("deliver", self.deliver, options.deliver_every, timedelta()),
         ]
         if self._retention is not None:
-            jobs.append(("retention", self.retain, options.retention_check_every, timedelta()))
+            # Jittered by up to one delivery period: started together on round periods
+            # (10 min, 10 s), every check would meet a delivery round holding the guard.
+            check = options.retention_check_every
+            spread = min(options.deliver_every, check)
+            jobs.append(("retention", self.retain, check, spread))
         now = datetime.now(UTC)  # APScheduler runs on the real clock, whatever ours says
         for name, function, every, jitter in jobs:
             scheduler.add_job(

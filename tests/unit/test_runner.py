@@ -9,6 +9,7 @@ scheduler tests use a real ``BackgroundScheduler`` with intervals of a few milli
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -79,6 +80,7 @@ def replica(guard_engine: Engine) -> Callable[..., Replica]:
         deliver: Callable[[], object] = lambda: None,
         retention: Callable[[], object] | None = None,
         options: RunnerOptions = OPTIONS,
+        guard: CycleGuard | None = None,
     ) -> Replica:
         clock, now = [0.0], [T0]
         events: list[str] = []
@@ -86,7 +88,7 @@ def replica(guard_engine: Engine) -> Callable[..., Replica]:
         runner = Runner(
             cycle=cycle,
             elector=MemoryElector(lease, name, duration=options.lease, monotonic=lambda: clock[0]),
-            guard=CycleGuard(guard_engine),
+            guard=guard or CycleGuard(guard_engine),
             holder=name,
             store=MemoryStateStore(),
             metrics=metrics,
@@ -294,6 +296,33 @@ def test_failing_retention_is_logged_and_tried_again_at_the_next_check(
     assert "retention failed: state store: connection refused" in caplog.text
     assert a.runner.retain() == "failed"
     assert len(attempts) == 2
+
+
+def test_retention_checks_do_not_fall_in_step_with_delivery_rounds(
+    replica: Callable[..., Replica], guard_engine: Engine
+) -> None:
+    """Delivery holds the guard for each round (``wiring.slack``). With both jobs on the
+    same period, started together, every retention check would meet a round holding the
+    guard and be skipped as busy, for as long as the process runs."""
+    guard = CycleGuard(guard_engine)
+    retained = threading.Event()
+
+    def deliver() -> None:
+        with guard.hold("a", timedelta(minutes=1), lambda: T0) as held:
+            if held:
+                time.sleep(0.03)
+
+    period = timedelta(milliseconds=100)
+    options = replace(
+        OPTIONS, interval=timedelta(hours=1), deliver_every=period, retention_check_every=period
+    )
+    a = replica("a", guard=guard, deliver=deliver, retention=retained.set, options=options)
+    a.runner.start()
+    try:
+        # Generous for a loaded machine; in step, retention would never get the guard.
+        assert retained.wait(30), "retention never got the guard between delivery rounds"
+    finally:
+        assert a.runner.stop(timedelta(seconds=10))
 
 
 def test_without_retention_there_is_no_retention_job(replica: Callable[..., Replica]) -> None:
