@@ -1,20 +1,29 @@
 """The recipe's Dockerfile built by buildah, as Kaniko would build it, with no registry.
 
-buildah (Debian's) with ``--isolation chroot`` and the ``vfs`` storage driver: no
-overlayfs, no user namespaces, no daemon. Its storage lives in the cache folder
-(``containers/``), so the imported base image is kept between runs. The built image is
+buildah (Debian's) ROOTLESS, run by the suite's unprivileged user, with ``--isolation
+chroot`` and the ``vfs`` storage driver: no overlayfs (``fuse-overlayfs`` needs
+``/dev/fuse``, which is root's alone on many CI machines, and nothing here reuses layers),
+no daemon, no capabilities beyond those of root in the user's own user namespace (ids
+from ``/etc/subuid``/``/etc/subgid``). The build's RUN steps share the host's network, so
+they reach the stand-in mirror on 127.0.0.1; Kaniko's Job also runs them without a
+network namespace of their own. Storage lives in the cache folder (``containers/``), so
+the imported base image is kept between runs; its files belong to the subordinate ids,
+so removing it takes ``buildah unshare rm -rf`` (as the user). The built image is
 tagged with a key over everything that goes into it (the recipe's files, the stand-ins,
 the base image, the build arguments, the ISO week, so a drifting Debian archive is built
 against at least weekly); outside CI a run reuses the image of an unchanged key, in CI
 (``CI`` set) the Dockerfile is built every time. Only the latest image is kept. The base
-image is ``debootstrap --variant=minbase trixie`` imported with ``podman import`` under a
-tag keyed by its libc6 version; the build pulls
-nothing (``--pull=never``). ``--layers=false``: with vfs every kept layer is a full copy
-of the root, and nothing here reuses them.
+image is ``mmdebstrap --mode=unshare --variant=minbase trixie`` imported with rootless
+``podman import`` under a tag keyed by its libc6 version; the build pulls nothing
+(``--pull=never``). ``--layers=false``: with vfs every kept layer is a full copy of the
+root, and nothing here reuses them.
 
 The build compiles the NVIDIA modules once; the suite takes ``/opt/nvidia-driver`` and the
 rest of the runtime image out of the result (``buildah from`` + ``buildah mount``) for its
-other checks instead of compiling a second time outside.
+other checks instead of compiling a second time outside. Rootless, ``buildah mount`` works
+only inside ``buildah unshare``; with vfs the "mount" is a plain directory of the storage,
+so the path it prints serves outside the namespace too, and as the image's root is the
+user itself there, the suite reads and writes the image's files directly.
 
 Deliberately not here: the inputs (``standins.py``, ``mirror.py``).
 """
@@ -42,6 +51,12 @@ def buildah(*args: str | Path) -> list[str]:
         "vfs",
         *(str(arg) for arg in args),
     ]
+
+
+def unshared(*args: str | Path) -> list[str]:
+    """A buildah command inside ``buildah unshare`` (the user namespace and mount namespace
+    rootless buildah uses), for the commands that do not enter it themselves (``mount``)."""
+    return buildah("unshare", *buildah(*args))
 
 
 def base_image(tar: Path) -> str:
@@ -136,14 +151,14 @@ def build(image: str, args: dict[str, str], log: Path) -> str:
 
 def mount(image: str) -> Built:
     container = run(buildah("from", "--pull=never", image)).stdout.strip().splitlines()[-1]
-    root = Path(run(buildah("mount", container)).stdout.strip())
+    root = Path(run(unshared("mount", container)).stdout.strip().splitlines()[-1])
     return Built(container, root)
 
 
 def unmount(built: Built) -> None:
     """Unmount and delete the working container (the image stays)."""
-    subprocess.run(buildah("umount", built.container), capture_output=True, check=False)
-    subprocess.run(buildah("rm", built.container), capture_output=True, check=False)
+    subprocess.run(unshared("umount", built.container), capture_output=True, check=False)
+    subprocess.run(unshared("rm", built.container), capture_output=True, check=False)
 
 
 def remove_other_images(keep: str) -> None:
