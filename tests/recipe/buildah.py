@@ -13,8 +13,9 @@ tagged with a key over everything that goes into it (the recipe's files, the sta
 the base image, the build arguments, the ISO week, so a drifting Debian archive is built
 against at least weekly); outside CI a run reuses the image of an unchanged key, in CI
 (``CI`` set) the Dockerfile is built every time. Only the latest image is kept. The base
-image is ``mmdebstrap --mode=unshare --variant=minbase trixie`` imported with rootless
-``podman import`` under a tag keyed by its libc6 version; the build pulls nothing
+image is ``mmdebstrap --mode=unshare --variant=minbase trixie`` imported (``buildah from
+scratch`` + ``add`` of the tar + ``commit``) under a tag keyed by its libc6 version; the
+build pulls nothing
 (``--pull=never``). ``--layers=false``: with vfs every kept layer is a full copy of the
 root, and nothing here reuses them.
 
@@ -70,22 +71,13 @@ def base_image(tar: Path) -> str:
         == 0
     ):
         return name
-    run(
-        [
-            "podman",
-            "--root",
-            STORE / "storage",
-            "--runroot",
-            STORE / "run",
-            "--storage-driver",
-            "vfs",
-            "import",
-            tar,
-            name,
-        ],
-        what="podman import of the trixie base image",
-        log=CACHE / "logs" / "podman-import.log",
-    )
+    # podman import would do, but rootless podman refuses a runroot path over 50
+    # characters; buildah adds the tar (owners kept, device nodes skipped as in any
+    # user namespace: the build's RUN steps get the host's /dev) and commits it.
+    log = CACHE / "logs" / "base-import.log"
+    container = run(buildah("from", "--pull=never", "scratch"), log=log).stdout.split()[-1]
+    run(unshared("add", container, tar, "/"), what="buildah add of the trixie base", log=log)
+    run(unshared("commit", "--rm", "--quiet", container, name), what="buildah commit", log=log)
     return name
 
 

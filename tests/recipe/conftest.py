@@ -35,7 +35,6 @@ TOOLS = {
     "apt-get": "apt",
     "dpkg-deb": "dpkg",
     "buildah": "buildah",
-    "podman": "podman",
     "mmdebstrap": "mmdebstrap",
     "newuidmap": "uidmap",
     "newgidmap": "uidmap",
@@ -139,7 +138,7 @@ def mirror(
 
 @pytest.fixture(scope="session")
 def base_image(archive: Archive) -> str:
-    with TIMINGS.part("base image: mmdebstrap trixie + podman import") as notes:
+    with TIMINGS.part("base image: mmdebstrap trixie + buildah import") as notes:
         before = list((CACHE / "base").glob("*.tar"))
         try:
             name = buildah.base_image(base_image_tar(archive))

@@ -11,7 +11,7 @@ downloaded raises ``UnavailableError`` naming it (one line).
 suite's unprivileged user (the root's owners and device nodes made in a user namespace,
 no debootstrap as root, mmdebstrap's own apt configuration, never the machine's), written
 as a tar in the cache (keyed by trixie's libc6 version, so a point release makes a new
-one) and imported into the suite's own container storage with ``podman import``: no
+one) and imported into the suite's own container storage by buildah (``buildah.py``): no
 registry is involved. mmdebstrap leaves no apt lists or package caches in it.
 
 Deliberately not here: what is made of the packages (``standins.py``).
