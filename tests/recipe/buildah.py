@@ -3,21 +3,21 @@
 buildah (Debian's) ROOTLESS, run by the suite's unprivileged user, with ``--isolation
 chroot`` and the ``vfs`` storage driver: no overlayfs (``fuse-overlayfs`` needs
 ``/dev/fuse``, which is root's alone on many CI machines, and nothing here reuses layers),
-no daemon, no capabilities beyond those of root in the user's own user namespace (ids
-from ``/etc/subuid``/``/etc/subgid``). The build's RUN steps share the host's network, so
-they reach the stand-in mirror on 127.0.0.1; Kaniko's Job also runs them without a
-network namespace of their own. Storage lives in the cache folder (``containers/``), so
-the imported base image is kept between runs; its files belong to the subordinate ids,
-so removing it takes ``buildah unshare rm -rf`` (as the user). The built image is
-tagged with a key over everything that goes into it (the recipe's files, the stand-ins,
-the base image, the build arguments, the ISO week, so a drifting Debian archive is built
-against at least weekly); outside CI a run reuses the image of an unchanged key, in CI
-(``CI`` set) the Dockerfile is built every time. Only the latest image is kept. The base
-image is ``mmdebstrap --mode=unshare --variant=minbase trixie`` imported (``buildah from
-scratch`` + ``add`` of the tar + ``commit``) under a tag keyed by its libc6 version; the
-build pulls nothing
-(``--pull=never``). ``--layers=false``: with vfs every kept layer is a full copy of the
-root, and nothing here reuses them.
+no daemon. The RUN steps run as root of the user's own user namespace (ids from
+``/etc/subuid``/``/etc/subgid``) with the capabilities of the Kaniko Job's container
+(``KANIKO_CAPABILITIES``) and no others (``--cap-drop ALL`` + ``--cap-add``). They share
+the host's network, as Kaniko's share its pod's, so they reach the stand-in mirror on
+127.0.0.1. Storage lives in the cache folder (``containers/``), so the imported base
+image is kept between runs; its files belong to the subordinate ids, so removing it takes
+``buildah unshare rm -rf`` (as the user). The built image is tagged with a key over
+everything that goes into it (the recipe's files, the stand-ins, the base image, the
+build arguments, the ISO week, so a drifting Debian archive is built against at least
+weekly); outside CI a run reuses the image of an unchanged key, in CI (``CI`` set) the
+Dockerfile is built every time. Only the latest image is kept. The base image is
+``mmdebstrap --mode=unshare --variant=minbase trixie`` imported (``buildah from scratch``
++ ``add`` of the tar + ``commit``) under a tag keyed by its libc6 version; the build
+pulls nothing (``--pull=never``). ``--layers=false``: with vfs every kept layer is a full
+copy of the root, and nothing here reuses them.
 
 The build compiles the NVIDIA modules once; the suite takes ``/opt/nvidia-driver`` and the
 rest of the runtime image out of the result (``buildah from`` + ``buildah mount``) for its
@@ -35,6 +35,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from releasebot.builders.kaniko import KANIKO_CAPABILITIES
 from tests.recipe.parts import CACHE, RECIPE, run
 
 STORE = CACHE / "containers"
@@ -112,18 +113,33 @@ def exists(image: str) -> bool:
     )
 
 
-def build(image: str, args: dict[str, str], log: Path) -> str:
+def capabilities() -> list[str]:
+    """The RUN steps get the capabilities of the Kaniko Job's container, no others."""
+    words = ["--cap-drop", "ALL"]
+    for name in KANIKO_CAPABILITIES:
+        words += ["--cap-add", f"CAP_{name}"]
+    return words
+
+
+def build(
+    image: str,
+    args: dict[str, str],
+    log: Path,
+    dockerfile: Path = RECIPE / "Dockerfile",
+    context: Path = RECIPE,
+) -> str:
     """``buildah bud`` of the recipe, written to ``log`` as it goes; returns the log's text.
     A failed build raises with the log's last lines."""
     words: list[str | Path] = [
         "bud",
         "--isolation",
         "chroot",
+        *capabilities(),
         "--pull=never",
         "--layers=false",
         "--force-rm",  # a failed build must not leave its working container's copy behind
         "-f",
-        RECIPE / "Dockerfile",
+        dockerfile,
         "-t",
         image,
     ]
@@ -132,7 +148,11 @@ def build(image: str, args: dict[str, str], log: Path) -> str:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         result = subprocess.run(
-            buildah(*words, RECIPE), stdout=out, stderr=subprocess.STDOUT, timeout=3000, check=False
+            buildah(*words, context),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=3000,
+            check=False,
         )
     text = log.read_text(errors="replace")
     if result.returncode != 0:
