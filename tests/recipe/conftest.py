@@ -170,7 +170,14 @@ def image(
     recipe = sorted(path for path in RECIPE.rglob("*") if path.is_file())
     year, week_number, _ = datetime.now(UTC).isocalendar()
     week = f"{year}-W{week_number:02d}"
-    key = digest(*recipe, *map(str, recipe), standins.root.name, repr(sorted(args.items())), week)
+    key = digest(
+        *recipe,
+        *map(str, recipe),
+        standins.root.name,
+        repr(sorted(args.items())),
+        repr(buildah.capabilities()),
+        week,
+    )
     name = f"{buildah.REPOSITORY}:{key}"
     log = CACHE / "logs" / f"buildah-build-{key}.log"
     args |= {  # where the mirror is changes per run, not what it serves

@@ -69,7 +69,11 @@ class Node:
         return self.root / path.lstrip("/")
 
     def prepare(self) -> None:
-        subprocess.run(["rm", "-rf", str(self.host(NODE)), str(self.host(FAKES))], check=True)
+        # As root of the namespace: what the last init left (the firmware it copied keeps
+        # its read-only modes) is the user's own there, whatever its modes.
+        subprocess.run(
+            [*ENTER, "rm", "-rf", str(self.host(NODE)), str(self.host(FAKES))], check=True
+        )
         for sub in ("run/nvidia", "proc", "sys/module", "sys/pci", "firmware", "drivers"):
             self.host(f"{NODE}/{sub}").mkdir(parents=True)
         self.host(f"{NODE}/proc/version").write_bytes(self.proc_version)
