@@ -8,9 +8,9 @@ this runs beside other people's apt without taking their locks. A package that c
 downloaded raises ``UnavailableError`` naming it (one line).
 
 ``base_image_tar`` is ``mmdebstrap --mode=unshare --variant=minbase trixie``, run by the
-suite's unprivileged user (the root's owners and device nodes made in a user namespace,
-no debootstrap as root, mmdebstrap's own apt configuration, never the machine's), written
-as a tar in the cache (keyed by trixie's libc6 version, so a point release makes a new
+suite's unprivileged user (the root's owners set in a user namespace, no debootstrap as
+root, mmdebstrap's own apt configuration, never the machine's), written as a tar in the
+cache (keyed by trixie's libc6 version, so a point release makes a new
 one) and imported into the suite's own container storage by buildah (``buildah.py``): no
 registry is involved. mmdebstrap leaves no apt lists or package caches in it.
 
