@@ -53,8 +53,9 @@ def problem() -> str | None:
     for path in (Path("/etc/subuid"), Path("/etc/subgid")):
         if ranges(path, user, uid) < SUBORDINATE_IDS:
             return (
-                f"{path} grants {user} fewer than {SUBORDINATE_IDS} ids: add a range "
-                f"(usermod --add-subuids 200000-265535 --add-subgids 200000-265535 {user})"
+                f"{path} grants {user} fewer than {SUBORDINATE_IDS} ids: as root, give it "
+                "a range no other user has (usermod --add-subuids FIRST-LAST "
+                f"--add-subgids FIRST-LAST {user}), or run bash .ci/recipe-user as root"
             )
     probe = subprocess.run(
         [*ENTER, "cat", "/proc/self/uid_map"],
