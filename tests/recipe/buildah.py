@@ -1,20 +1,30 @@
 """The recipe's Dockerfile built by buildah, as Kaniko would build it, with no registry.
 
-buildah (Debian's) with ``--isolation chroot`` and the ``vfs`` storage driver: no
-overlayfs, no user namespaces, no daemon. Its storage lives in the cache folder
-(``containers/``), so the imported base image is kept between runs. The built image is
-tagged with a key over everything that goes into it (the recipe's files, the stand-ins,
-the base image, the build arguments, the ISO week, so a drifting Debian archive is built
-against at least weekly); outside CI a run reuses the image of an unchanged key, in CI
-(``CI`` set) the Dockerfile is built every time. Only the latest image is kept. The base
-image is ``debootstrap --variant=minbase trixie`` imported with ``podman import`` under a
-tag keyed by its libc6 version; the build pulls
-nothing (``--pull=never``). ``--layers=false``: with vfs every kept layer is a full copy
-of the root, and nothing here reuses them.
+buildah (Debian's) ROOTLESS, run by the suite's unprivileged user, with ``--isolation
+chroot`` and the ``vfs`` storage driver: no overlayfs (``fuse-overlayfs`` needs
+``/dev/fuse``, which is root's alone on many CI machines, and nothing here reuses layers),
+no daemon. The RUN steps run as root of the user's own user namespace (ids from
+``/etc/subuid``/``/etc/subgid``) with the capabilities of the Kaniko Job's container
+(``KANIKO_CAPABILITIES``) and no others (``--cap-drop ALL`` + ``--cap-add``). They share
+the host's network, as Kaniko's share its pod's, so they reach the stand-in mirror on
+127.0.0.1. Storage lives in the cache folder (``containers/``), so the imported base
+image is kept between runs; its files belong to the subordinate ids, so removing it takes
+``buildah unshare rm -rf`` (as the user). The built image is tagged with a key over
+everything that goes into it (the recipe's files, the stand-ins, the base image, the
+build arguments, the ISO week, so a drifting Debian archive is built against at least
+weekly); outside CI a run reuses the image of an unchanged key, in CI (``CI`` set) the
+Dockerfile is built every time. Only the latest image is kept. The base image is
+``mmdebstrap --mode=unshare --variant=minbase trixie`` imported (``buildah from scratch``
++ ``add`` of the tar + ``commit``) under a tag keyed by its libc6 version; the build
+pulls nothing (``--pull=never``). ``--layers=false``: with vfs every kept layer is a full
+copy of the root, and nothing here reuses them.
 
 The build compiles the NVIDIA modules once; the suite takes ``/opt/nvidia-driver`` and the
 rest of the runtime image out of the result (``buildah from`` + ``buildah mount``) for its
-other checks instead of compiling a second time outside.
+other checks instead of compiling a second time outside. Rootless, ``buildah mount`` works
+only inside ``buildah unshare``; with vfs the "mount" is a plain directory of the storage,
+so the path it prints serves outside the namespace too, and as the image's root is the
+user itself there, the suite reads and writes the image's files directly.
 
 Deliberately not here: the inputs (``standins.py``, ``mirror.py``).
 """
@@ -25,6 +35,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from releasebot.builders.kaniko import KANIKO_CAPABILITIES
 from tests.recipe.parts import CACHE, RECIPE, run
 
 STORE = CACHE / "containers"
@@ -44,6 +55,12 @@ def buildah(*args: str | Path) -> list[str]:
     ]
 
 
+def unshared(*args: str | Path) -> list[str]:
+    """A buildah command inside ``buildah unshare`` (the user namespace and mount namespace
+    rootless buildah uses), for the commands that do not enter it themselves (``mount``)."""
+    return buildah("unshare", *buildah(*args))
+
+
 def base_image(tar: Path) -> str:
     """The base image's local name, imported from ``tar`` unless already there."""
     name = f"localhost/releasebot-recipe-base:{tar.stem.removeprefix('trixie-minbase-')}"
@@ -55,22 +72,13 @@ def base_image(tar: Path) -> str:
         == 0
     ):
         return name
-    run(
-        [
-            "podman",
-            "--root",
-            STORE / "storage",
-            "--runroot",
-            STORE / "run",
-            "--storage-driver",
-            "vfs",
-            "import",
-            tar,
-            name,
-        ],
-        what="podman import of the trixie base image",
-        log=CACHE / "logs" / "podman-import.log",
-    )
+    # podman import would do, but rootless podman refuses a runroot path over 50
+    # characters; buildah adds the tar (owners kept, device nodes skipped as in any
+    # user namespace: the build's RUN steps get the host's /dev) and commits it.
+    log = CACHE / "logs" / "base-import.log"
+    container = run(buildah("from", "--pull=never", "scratch"), log=log).stdout.split()[-1]
+    run(unshared("add", container, tar, "/"), what="buildah add of the trixie base", log=log)
+    run(unshared("commit", "--rm", "--quiet", container, name), what="buildah commit", log=log)
     return name
 
 
@@ -105,18 +113,33 @@ def exists(image: str) -> bool:
     )
 
 
-def build(image: str, args: dict[str, str], log: Path) -> str:
+def capabilities() -> list[str]:
+    """The RUN steps get the capabilities of the Kaniko Job's container, no others."""
+    words = ["--cap-drop", "ALL"]
+    for name in KANIKO_CAPABILITIES:
+        words += ["--cap-add", f"CAP_{name}"]
+    return words
+
+
+def build(
+    image: str,
+    args: dict[str, str],
+    log: Path,
+    dockerfile: Path = RECIPE / "Dockerfile",
+    context: Path = RECIPE,
+) -> str:
     """``buildah bud`` of the recipe, written to ``log`` as it goes; returns the log's text.
     A failed build raises with the log's last lines."""
     words: list[str | Path] = [
         "bud",
         "--isolation",
         "chroot",
+        *capabilities(),
         "--pull=never",
         "--layers=false",
         "--force-rm",  # a failed build must not leave its working container's copy behind
         "-f",
-        RECIPE / "Dockerfile",
+        dockerfile,
         "-t",
         image,
     ]
@@ -125,7 +148,11 @@ def build(image: str, args: dict[str, str], log: Path) -> str:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         result = subprocess.run(
-            buildah(*words, RECIPE), stdout=out, stderr=subprocess.STDOUT, timeout=3000, check=False
+            buildah(*words, context),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=3000,
+            check=False,
         )
     text = log.read_text(errors="replace")
     if result.returncode != 0:
@@ -136,14 +163,14 @@ def build(image: str, args: dict[str, str], log: Path) -> str:
 
 def mount(image: str) -> Built:
     container = run(buildah("from", "--pull=never", image)).stdout.strip().splitlines()[-1]
-    root = Path(run(buildah("mount", container)).stdout.strip())
+    root = Path(run(unshared("mount", container)).stdout.strip().splitlines()[-1])
     return Built(container, root)
 
 
 def unmount(built: Built) -> None:
     """Unmount and delete the working container (the image stays)."""
-    subprocess.run(buildah("umount", built.container), capture_output=True, check=False)
-    subprocess.run(buildah("rm", built.container), capture_output=True, check=False)
+    subprocess.run(unshared("umount", built.container), capture_output=True, check=False)
+    subprocess.run(unshared("rm", built.container), capture_output=True, check=False)
 
 
 def remove_other_images(keep: str) -> None:

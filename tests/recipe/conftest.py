@@ -3,9 +3,13 @@
 Every test here carries the ``recipe`` marker (``pytest -m recipe`` runs only this suite,
 ``-m "not recipe"`` everything else) and a long timeout: the first test that needs the
 image pays for the build. The parts are session fixtures, each timed; the times are
-printed at the end of the run. Without root or a tool the suite needs, or when Debian's
-archive is unreachable, the suite fails in CI with one line naming what is missing and is
-skipped elsewhere.
+printed at the end of the run. The suite runs as an UNPRIVILEGED user: rootless buildah,
+``mmdebstrap --mode=unshare`` and ``unshare --map-root-user`` give it the root it needs
+inside user namespaces (ranges from ``/etc/subuid`` and ``/etc/subgid``, mapped by
+``newuidmap``/``newgidmap``). As root it refuses to run (``.ci/recipe-user`` runs it as
+the build user ``releasebot-ci``). Without a tool or a user namespace the suite needs, or
+when Debian's archive is unreachable, the suite fails in CI with one line naming what is
+missing and is skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.recipe import buildah, vm
+from tests.recipe import buildah, user_namespaces, vm
 from tests.recipe.debian import Archive, base_image_tar
 from tests.recipe.mirror import CHANNEL, VERSION, Key, Mirror
 from tests.recipe.node import READY, Init, InitRun, Node
@@ -31,8 +35,10 @@ TOOLS = {
     "apt-get": "apt",
     "dpkg-deb": "dpkg",
     "buildah": "buildah",
-    "podman": "podman",
-    "debootstrap": "debootstrap",
+    "mmdebstrap": "mmdebstrap",
+    "newuidmap": "uidmap",
+    "newgidmap": "uidmap",
+    "unshare": "util-linux",
     "qemu-system-x86_64": "qemu-system-x86",
     "cpio": "cpio",
     "gpg": "gnupg",
@@ -64,11 +70,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session")
 def recipe_host() -> None:
-    if os.geteuid() != 0:
-        unavailable("the recipe suite needs root (buildah's chroot isolation, debootstrap)")
+    if os.geteuid() == 0:
+        unavailable(
+            "the recipe suite runs unprivileged, not as root: run it as a user with "
+            "/etc/subuid and /etc/subgid ranges (bash .ci/recipe-user creates releasebot-ci "
+            "and runs it so)"
+        )
     missing = [package for tool, package in TOOLS.items() if shutil.which(tool) is None]
     if missing:
         unavailable(f"the recipe suite needs these packages: {' '.join(sorted(set(missing)))}")
+    problem = user_namespaces.problem()
+    if problem:
+        unavailable(problem)
     if "statically linked" not in run(["file", "-L", vm.BUSYBOX]).stdout:
         unavailable(f"{vm.BUSYBOX} is not a static busybox (apt-get install busybox-static)")
 
@@ -125,7 +138,7 @@ def mirror(
 
 @pytest.fixture(scope="session")
 def base_image(archive: Archive) -> str:
-    with TIMINGS.part("base image: debootstrap trixie + podman import") as notes:
+    with TIMINGS.part("base image: mmdebstrap trixie + buildah import") as notes:
         before = list((CACHE / "base").glob("*.tar"))
         try:
             name = buildah.base_image(base_image_tar(archive))
@@ -157,7 +170,14 @@ def image(
     recipe = sorted(path for path in RECIPE.rglob("*") if path.is_file())
     year, week_number, _ = datetime.now(UTC).isocalendar()
     week = f"{year}-W{week_number:02d}"
-    key = digest(*recipe, *map(str, recipe), standins.root.name, repr(sorted(args.items())), week)
+    key = digest(
+        *recipe,
+        *map(str, recipe),
+        standins.root.name,
+        repr(sorted(args.items())),
+        repr(buildah.capabilities()),
+        week,
+    )
     name = f"{buildah.REPOSITORY}:{key}"
     log = CACHE / "logs" / f"buildah-build-{key}.log"
     args |= {  # where the mirror is changes per run, not what it serves

@@ -7,9 +7,12 @@ packages into the cache; ``/etc/apt`` and dpkg's database are never read or writ
 this runs beside other people's apt without taking their locks. A package that cannot be
 downloaded raises ``UnavailableError`` naming it (one line).
 
-``base_image`` is ``debootstrap --variant=minbase trixie``, packed as a tar in the cache
-(keyed by trixie's libc6 version, so a point release makes a new one) and imported into
-the suite's own container storage with ``podman import``: no registry is involved.
+``base_image_tar`` is ``mmdebstrap --mode=unshare --variant=minbase trixie``, run by the
+suite's unprivileged user (the root's owners set in a user namespace, no debootstrap as
+root, mmdebstrap's own apt configuration, never the machine's), written as a tar in the
+cache (keyed by trixie's libc6 version, so a point release makes a new
+one) and imported into the suite's own container storage by buildah (``buildah.py``): no
+registry is involved. mmdebstrap leaves no apt lists or package caches in it.
 
 Deliberately not here: what is made of the packages (``standins.py``).
 """
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -64,7 +66,6 @@ class Archive:
                     'APT::Architectures { "amd64"; };',
                     'Acquire::Languages "none";',
                     'Acquire::Retries "2";',
-                    'APT::Sandbox::User "root";',
                     "",
                 ]
             )
@@ -137,33 +138,35 @@ def extract(deb: Path, into: Path) -> None:
 
 
 def base_image_tar(archive: Archive) -> Path:
-    """``debootstrap --variant=minbase trixie`` as a tar in the cache."""
+    """``mmdebstrap --mode=unshare --variant=minbase trixie`` as a tar in the cache."""
     key = archive.candidate("libc6")
     tar = CACHE / "base" / f"trixie-minbase-libc6-{key}.tar"
     if tar.exists():
         return tar
     tar.parent.mkdir(parents=True, exist_ok=True)
-    debs = CACHE / "base" / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=tar.parent) as work:
-        root = Path(work) / "root"
-        result = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--cache-dir={debs}", SUITE, str(root), MIRROR],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
+    partial = tar.with_suffix(".partial.tar")
+    result = subprocess.run(
+        [
+            "mmdebstrap",
+            "--mode=unshare",
+            "--variant=minbase",
+            "--format=tar",
+            "--quiet",
+            SUITE,
+            str(partial),
+            f"deb [signed-by={KEYRING}] {MIRROR} {SUITE} main",
+        ],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=1800,
+        check=False,
+    )
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise UnavailableError(
+            "mmdebstrap of Debian trixie failed: "
+            + (result.stderr.strip().splitlines() or ["no output"])[-1]
         )
-        if result.returncode != 0:
-            raise UnavailableError(
-                "debootstrap of Debian trixie failed: "
-                + (result.stderr.strip().splitlines() or ["no output"])[-1]
-            )
-        # The image needs no apt lists or caches; debootstrap leaves them behind.
-        run(["rm", "-rf", root / "var/cache/apt/archives", root / "var/lib/apt/lists"])
-        (root / "var/lib/apt/lists/partial").mkdir(parents=True)
-        (root / "var/cache/apt/archives/partial").mkdir(parents=True)
-        partial = tar.with_suffix(".partial")
-        run(["tar", "-C", root, "--numeric-owner", "-cf", partial, "."])
-        partial.rename(tar)
+    partial.rename(tar)
     return tar

@@ -1,7 +1,9 @@
 """``nvidia-driver init`` run inside the BUILT runtime image, as a node would run it.
 
-The image's root (mounted out of buildah's storage) is entered with ``chroot``, so the
-image's own bash, kmod, ld, mkprecompiled, flock and ``/opt/nvidia-driver`` do the work.
+The image's root (mounted out of buildah's storage) is entered with ``chroot`` in a user
+namespace of the suite's unprivileged user (``unshare --map-root-user --map-auto``, the
+ids mapped as rootless buildah mapped them when it built the image), so the image's own
+bash, kmod, ld, mkprecompiled, flock and ``/opt/nvidia-driver`` do the work.
 Fakes stand in only for what needs root on the target kernel or a GPU: ``mount`` and
 ``umount`` (the bind mount of the root), ``nvidia-smi`` and ``nvidia-persistenced`` (a
 GPU), ``uname -r`` (the running kernel is this machine's, not the target's). ``modprobe``
@@ -23,6 +25,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.recipe.user_namespaces import ENTER
 
 NODE = "/tmp/node"
 FAKES = "/tmp/fakes"
@@ -65,7 +69,11 @@ class Node:
         return self.root / path.lstrip("/")
 
     def prepare(self) -> None:
-        subprocess.run(["rm", "-rf", str(self.host(NODE)), str(self.host(FAKES))], check=True)
+        # As root of the namespace: what the last init left (the firmware it copied keeps
+        # its read-only modes) is the user's own there, whatever its modes.
+        subprocess.run(
+            [*ENTER, "rm", "-rf", str(self.host(NODE)), str(self.host(FAKES))], check=True
+        )
         for sub in ("run/nvidia", "proc", "sys/module", "sys/pci", "firmware", "drivers"):
             self.host(f"{NODE}/{sub}").mkdir(parents=True)
         self.host(f"{NODE}/proc/version").write_bytes(self.proc_version)
@@ -123,6 +131,7 @@ class Init:
         self._file = self.output.open("w")
         self.process = subprocess.Popen(
             [
+                *ENTER,
                 "chroot",
                 str(node.root),
                 "/usr/bin/env",

@@ -15,6 +15,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from releasebot.builders.kaniko import KANIKO_CAPABILITIES
 from tests.recipe import buildah
 from tests.recipe.buildah import Image
 from tests.recipe.mirror import VERSION, Key
@@ -119,3 +120,43 @@ def test_every_packed_module_is_for_the_target_kernel(
     assert shipped
     for module in shipped[:5]:
         assert vermagic(module).startswith(f"{kv} "), module
+
+
+CAPABILITY_NUMBERS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+    "SETFCAP": 31,
+}
+"""linux/capability.h's numbers of the capabilities the Kaniko Job grants."""
+
+
+def test_the_run_steps_have_only_the_kaniko_jobs_capabilities(
+    base_image: str, tmp_path: Path
+) -> None:
+    """A RUN step built the way the recipe is built reads its own capability sets."""
+    (tmp_path / "Containerfile").write_text(
+        "ARG BASE\nFROM ${BASE}\nRUN grep -E '^Cap(Prm|Eff|Bnd):' /proc/self/status\n"
+    )
+    probe = "localhost/releasebot-recipe-capability-probe:latest"
+    try:
+        text = buildah.build(
+            probe,
+            {"BASE": base_image},
+            tmp_path / "build.log",
+            dockerfile=tmp_path / "Containerfile",
+            context=tmp_path,
+        )
+    finally:
+        subprocess.run(buildah.buildah("rmi", "-f", probe), capture_output=True, check=False)
+    expected = sum(1 << CAPABILITY_NUMBERS[name] for name in KANIKO_CAPABILITIES)
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("CapPrm", "CapEff", "CapBnd"):
+            found[name] = int(value.strip(), 16)
+    assert found == {"CapPrm": expected, "CapEff": expected, "CapBnd": expected}, text
