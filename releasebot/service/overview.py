@@ -3,8 +3,9 @@
 Each question is one short series of reads (``StateStore``) handed to the pure builders of
 ``domain.overview``; nothing is written, nothing reaches the cluster, the registry or
 Slack, so the page can be asked as often as browsers like. A store that cannot answer
-raises ``StoreUnavailableError`` (any ``ReleasebotError`` the store raises is turned into
-one, so the web layer answers 503 with its one line, never a traceback).
+raises its own ``ReleasebotError`` (``StoreUnavailableError`` when it cannot be reached,
+``StoreError`` when it answers with what releasebot cannot read); the web layer answers 503
+with one line for each, never a traceback.
 
 Deliberately not here: HTTP, query strings, ETags (``web/overview.py``); caching (the
 answers are small and every read is one indexed query).
@@ -12,17 +13,13 @@ answers are small and every read is one indexed query).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from releasebot.domain import overview
-from releasebot.domain.errors import ReleasebotError, StoreUnavailableError
 from releasebot.domain.events import build_key
 from releasebot.domain.models import FlatcarRelease, TargetState
 from releasebot.domain.ports import StateStore
 
-_T = TypeVar("_T")
 FLATCAR_FEED_PREFIX = "flatcar/"
 
 
@@ -58,7 +55,7 @@ class OverviewService:
                 driver=driver,
             )
 
-        return _answer(read)
+        return read()
 
     def target(self, tag: str) -> overview.Json | None:
         """One target's detail; ``None`` when the store has no such tag."""
@@ -77,7 +74,7 @@ class OverviewService:
                 release=self._releases().get(record.target.flatcar_version.text),
             )
 
-        return _answer(read)
+        return read()
 
     def fleet(self) -> overview.Json:
         def read() -> overview.Json:
@@ -85,10 +82,10 @@ class OverviewService:
                 self._store.fleet_nodes(), self._store.targets(), gate=self._options.gate
             )
 
-        return _answer(read)
+        return read()
 
     def feeds(self) -> overview.Json:
-        return _answer(lambda: overview.feeds_view(self._store.feed_states()))
+        return overview.feeds_view(self._store.feed_states())
 
     def _releases(self) -> dict[str, FlatcarRelease]:
         releases: list[FlatcarRelease] = []
@@ -96,12 +93,3 @@ class OverviewService:
             if feed.name.startswith(FLATCAR_FEED_PREFIX):
                 releases.extend(self._store.flatcar_releases(feed.name))
         return overview.releases_by_version(releases)
-
-
-def _answer(read: Callable[[], _T]) -> _T:
-    try:
-        return read()
-    except StoreUnavailableError:
-        raise
-    except ReleasebotError as error:
-        raise StoreUnavailableError(f"the state store cannot answer: {error}") from error

@@ -29,9 +29,10 @@ from importlib.resources import files
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote
 
-from releasebot.domain.errors import StoreUnavailableError
+from releasebot.domain.errors import ReleasebotError, StoreUnavailableError
 from releasebot.domain.models import TargetState
 from releasebot.domain.versions import DriverVersion, FlatcarVersion, is_oci_tag
+from releasebot.edge.redact import redact as redact_forms
 from releasebot.edge.text import one_line
 from releasebot.web.openapi import openapi_document
 
@@ -40,6 +41,10 @@ log = logging.getLogger("releasebot.web")
 JSON = "application/json"
 QUERY_MAX_CHARS = 512
 STORE_DOWN = "the state store cannot be reached right now; releasebot's log says why"
+STORE_UNREADABLE = (
+    "the state store answered with something releasebot cannot read; releasebot's log names "
+    "it and what to do"
+)
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -88,8 +93,11 @@ class BadRequestError(ValueError):
 class OverviewApp:
     """Answers the page's and the API's GET requests; ``None`` for paths it does not own."""
 
-    def __init__(self, service: OverviewQueries) -> None:
+    def __init__(
+        self, service: OverviewQueries, redact: Callable[[str], str] = redact_forms
+    ) -> None:
         self._service = service
+        self._redact = redact
         self._static: dict[str, bytes] = {}
         self._last_store_error: str | None = None
 
@@ -110,6 +118,13 @@ class OverviewApp:
                 log.warning("coverage page: %s", line)
             self._last_store_error = line
             answer = _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": STORE_DOWN})
+        except ReleasebotError as error:
+            # Reachable but not readable (a newer schema, an unreadable row): not "try later".
+            line = one_line(str(error), 300)
+            if line != self._last_store_error:
+                log.warning("coverage page: %s", line)
+            self._last_store_error = line
+            answer = _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": STORE_UNREADABLE})
         else:
             self._last_store_error = None
         return _conditional(answer, headers.get("if-none-match"))
@@ -124,7 +139,7 @@ class OverviewApp:
             return _json(HTTPStatus.OK, openapi_document())
         if path == "/api/targets":
             params = _params(query, {"state", "flatcar", "driver"})
-            return _json(
+            return self._json(
                 HTTPStatus.OK,
                 self._service.targets(
                     state=_state(params.get("state")),
@@ -140,19 +155,41 @@ class OverviewApp:
             detail = self._service.target(tag)
             if detail is None:
                 return _json(HTTPStatus.NOT_FOUND, {"error": f"no target {tag}"})
-            return _json(HTTPStatus.OK, detail)
+            return self._json(HTTPStatus.OK, detail)
         if path == "/api/fleet":
             _no_query(query)
-            return _json(HTTPStatus.OK, self._service.fleet())
+            return self._json(HTTPStatus.OK, self._service.fleet())
         if path == "/api/feeds":
             _no_query(query)
-            return _json(HTTPStatus.OK, self._service.feeds())
+            return self._json(HTTPStatus.OK, self._service.feeds())
         return _json(HTTPStatus.NOT_FOUND, {"error": "not found"})
+
+    def _json(self, status: int, body: Mapping[str, Any]) -> WebAnswer:
+        """``body`` as JSON with every text masked (``edge.redact``): stored errors and log
+        tails come from registries, API servers and builds, and may quote a credential."""
+        seen: dict[str, str] = {}  # states, channels, versions repeat in every row
+
+        def masked(text: str) -> str:
+            if (shown := seen.get(text)) is None:
+                shown = seen[text] = self._redact(text)
+            return shown
+
+        return _json(status, _masked(body, masked))
 
     def _file(self, name: str) -> bytes:
         if name not in self._static:
             self._static[name] = (files("releasebot.web") / "static" / name).read_bytes()
         return self._static[name]
+
+
+def _masked(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {key: _masked(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(item, redact) for item in value]
+    return value
 
 
 def _json(status: int, body: Mapping[str, Any]) -> WebAnswer:

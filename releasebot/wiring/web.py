@@ -17,12 +17,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from releasebot.config import Settings
+from releasebot.config.secrets import secret_values
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason, job_name
 from releasebot.domain.errors import ConfigError
 from releasebot.domain.events import EventKind, MessageRef, build_event
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
 from releasebot.edge.parse import ValueRefusedError, parse_listen_address
+from releasebot.edge.redact import Redactor
 from releasebot.service.overview import OverviewOptions, OverviewService
 from releasebot.web.overview import OverviewApp
 from releasebot.web.server import HttpServer
@@ -44,7 +46,7 @@ def overview_app(settings: Settings, store: StateStore) -> OverviewApp:
         repository=settings.registry.repository,
         gate=settings.fleet.enabled and settings.fleet.gate,
     )
-    return OverviewApp(OverviewService(store, options))
+    return OverviewApp(OverviewService(store, options), Redactor(secret_values(settings)))
 
 
 def listen_address(key: str, listen: str) -> tuple[str, int]:

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+from sqlalchemy import text
 
 from releasebot.config import Settings
 from releasebot.domain.models import TargetState
@@ -172,7 +173,19 @@ def test_hostile_stored_text_loses_its_control_characters(page: PageServer) -> N
     assert _get(page, "/").headers["Content-Security-Policy"].startswith("default-src 'self'")
 
 
-def test_no_secret_in_any_answer(page: PageServer) -> None:
+def test_no_secret_in_any_answer(page: PageServer, store: SqlStateStore) -> None:
+    """Stored text from registries, API servers and builds may quote a credential: every
+    answer masks the configured secrets by value and every credential form by its shape."""
+    now = utc_now()
+    leaks = (
+        f"push to https://robot:{SECRET}@registry.example.com refused",
+        "GET https://feeds.example/nvidia.json?token=tok-abc123&x=1: 500",
+        "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig-xyz",
+    )
+    store.record_feed_failure("nvidia", "https://example.test/nvidia.json", leaks[1], now)
+    record = store.target(COVERED_TAGS[0])
+    assert record is not None
+    store.save(targets=[replace(record, last_error=" / ".join(leaks))])
     for path in (
         "/",
         "/api/targets",
@@ -181,8 +194,11 @@ def test_no_secret_in_any_answer(page: PageServer) -> None:
         "/api/feeds",
         "/api/openapi.json",
     ):
-        assert SECRET not in _get(page, path).text
+        text = _get(page, path).text
+        for secret in (SECRET, "tok-abc123", "sig-xyz", "e30"):
+            assert secret not in text, (path, secret)
     detail = _get(page, f"/api/targets/{COVERED_TAGS[0]}").json()
+    assert "registry.example.com refused" in detail["last_error"]  # masked, not dropped
     assert detail["pull"] == "registry.example.com/nvidia/driver@sha256:" + "ab" * 32
 
 
@@ -200,6 +216,28 @@ def test_a_store_that_is_down_answers_503_and_the_page_still_loads(tmp_path: Pat
             assert _get(page, "/").status_code == 200
     finally:
         engine.dispose()
+
+
+def test_an_unreadable_row_is_not_called_unreachable(
+    page: PageServer, store: SqlStateStore, tmp_path: Path
+) -> None:
+    """A row releasebot cannot decode is a problem to fix, not "try later": 503 with its own
+    line, the row named in the log only."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'releasebot.db'}")
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text("UPDATE targets SET state = 'exploded' WHERE tag = :tag"), {"tag": FAILED_TAG}
+            )
+    finally:
+        engine.dispose()
+    for path in ("/api/targets", "/api/fleet"):
+        answer = _get(page, path)
+        assert answer.status_code == 503, path
+        assert answer.json()["error"].startswith("the state store answered with something")
+        assert "exploded" not in answer.text
+        assert "Traceback" not in answer.text
+    assert _get(page, "/api/feeds").status_code == 200  # what can be read still is
 
 
 def test_head_answers_without_a_body(page: PageServer) -> None:
