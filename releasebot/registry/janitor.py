@@ -19,10 +19,9 @@ registry's garbage collection frees them).
 
 from __future__ import annotations
 
-import json
-
 from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import DeleteRefusedError, RegistryAuthError, RegistryError
+from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX
 from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswer
@@ -30,6 +29,8 @@ from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswe
 MAX_LISTED = 256
 """Manifests read from one index or referrers answer: releasebot attaches a handful."""
 _ACCEPT = ", ".join(MANIFEST_TYPES)
+_ERROR_LIMITS = JsonLimits(max_bytes=64 * 1024)
+"""An error body is a few hundred bytes; more is not read as one."""
 
 
 class OrasJanitor:
@@ -100,7 +101,7 @@ class OrasJanitor:
             return []
         self._expect(answer, f"manifest {digest}")
         media_type = answer.headers.get("Content-Type", "").split(";")[0].strip()
-        document = _document(answer.body)
+        document = self._document(answer.body, f"manifest {digest}")
         if media_type not in INDEX_TYPES and "manifests" not in document:
             return []
         return _digests(document)
@@ -110,7 +111,18 @@ class OrasJanitor:
         if answer.status in (400, 404, 405):  # no referrers API (distribution 2.8)
             return []
         self._expect(answer, f"referrers of {digest}")
-        return _digests(_document(answer.body))
+        return _digests(self._document(answer.body, f"referrers of {digest}"))
+
+    def _document(self, body: bytes, what: str) -> dict[str, object]:
+        """``body`` decoded by the edge's bounded reader: a body nested too deep, with an
+        integer too long or larger than the limit is a ``RegistryError``, never Python's."""
+        try:
+            document = decode_json(body)
+        except JsonRefusedError as error:
+            raise RegistryError(
+                f"registry {self._host}: {what} is not JSON: {error.problem}"
+            ) from error
+        return document if isinstance(document, dict) else {}
 
     def _check(self, digest: str) -> None:
         if not is_digest(digest) or not digest.startswith("sha256:"):
@@ -129,14 +141,6 @@ class OrasJanitor:
         )
 
 
-def _document(body: bytes) -> dict[str, object]:
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return document if isinstance(document, dict) else {}
-
-
 def _digests(document: dict[str, object]) -> list[str]:
     manifests = document.get("manifests")
     if not isinstance(manifests, list):
@@ -151,8 +155,8 @@ def _digests(document: dict[str, object]) -> list[str]:
 
 def _error_code(answer: RegistryAnswer) -> str:
     try:
-        code = json.loads(answer.body)["errors"][0]["code"]
-    except (ValueError, TypeError, KeyError, IndexError):
+        code = decode_json(answer.body, _ERROR_LIMITS)["errors"][0]["code"]  # type: ignore[index]
+    except (JsonRefusedError, TypeError, KeyError, IndexError):
         return ""
     return _trim(code) if isinstance(code, str) else ""
 

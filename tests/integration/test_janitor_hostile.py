@@ -4,7 +4,8 @@ HTTP: every answer is one line in the domain's error tree, bounded and printable
 Covers: 401/403 on a delete names the missing delete right; 405 without a body and an
 ``UNSUPPORTED`` code on another status are both a refusal; an odd status quotes no body
 and no control characters; 404 is "already gone"; a 5xx is retried then unavailable; a
-referrers answer that is not JSON, not an index, or lists far too many manifests gives a
+referrers answer or error body that is not JSON (nested too deep, an integer too long) is
+one ``RegistryError``; one that is not an index, or lists far too many manifests gives a
 bounded list of well-formed digests only; a digest that is not one is refused unsent.
 """
 
@@ -122,6 +123,36 @@ def test_a_registry_down_is_retried_then_unavailable(fake: DeletingFake) -> None
     "body",
     [
         b"<html>not json</html>",
+        b"[" * 100_000,
+        b'{"manifests": [], "size": ' + b"9" * 5_000 + b"}",
+    ],
+    ids=["not-json", "deep", "long-integer"],
+)
+def test_an_unreadable_referrers_answer_is_one_registry_error(
+    fake: DeletingFake, body: bytes
+) -> None:
+    fake.route(f"/v2/{NAME}/referrers/{DIGEST}", Reply(200, {}, body))
+    with pytest.raises(RegistryError) as caught:
+        janitor(fake).attachments(DIGEST)
+    one_line(str(caught.value))
+    assert "is not JSON" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "body", [b"[" * 100_000, b'{"errors": [{"code": ' + b"1" * 5_000 + b"}]}"], ids=["deep", "long"]
+)
+def test_an_unreadable_error_body_on_delete_is_one_registry_error(
+    fake: DeletingFake, body: bytes
+) -> None:
+    fake.route(manifest_path(DIGEST), Reply(400, {"Content-Type": "application/json"}, body))
+    with pytest.raises(RegistryError) as caught:
+        janitor(fake).delete(DIGEST)
+    one_line(str(caught.value))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
         b'"a string"',
         b'{"manifests": "nope"}',
         json.dumps({"manifests": [{"digest": "sha256:short"}, {"digest": 5}, "x"]}).encode(),
