@@ -5,8 +5,8 @@ leave it.
 Covers: the dry run prints what it would delete and why, what it keeps and why, and
 deletes nothing (exit 0, also with retention disabled); ``--apply`` with retention
 disabled is one line and exit 2; ``--apply`` deletes the one release nothing needs and
-records it (exit 0); the JSON form; Nodes forbidden by RBAC, and a registry refusing
-deletes, are one line each, exit 1, and delete nothing.
+records it (exit 0), with no Slack event when Slack is off; the JSON form; Nodes forbidden
+by RBAC, and a registry refusing deletes, are one line each, exit 1, and delete nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli import main
+from releasebot.domain.events import EventKind
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
@@ -140,8 +141,11 @@ def test_apply_deletes_what_nothing_needs_and_records_it(
     assert tags(plain_registry, registry_name) == {RUNNING, TARGET}
     engine = make_engine(f"sqlite:///{tmp_path / 'state.db'}")
     (recorded,) = SqlStateStore(engine).deletions()
+    later = datetime.now(UTC) + timedelta(days=1)
+    kinds = {p.event.kind for p in SqlStateStore(engine).pending_events(later)}
     engine.dispose()
     assert (recorded.tag, recorded.digest) == (GONE, prepared[GONE])
+    assert EventKind.TAG_DELETED not in kinds  # Slack is off: nothing fills the outbox
     code, out, _ = run(capsys, "retention", "--apply", "--config", config)
     assert code == 0
     assert out.splitlines()[-1] == "0 tag(s) deleted, 2 kept"
