@@ -7,7 +7,9 @@ Flatcar feed last listed each release, and the current targets. It resolves the 
 every tag that could share a manifest with a candidate (a delete by digest removes every
 tag on it), and with ``apply`` deletes each candidate's manifest, then what is attached to
 it (cosign signatures and attestations, SBOM and provenance referrers), and records each
-deletion with its Slack event in one transaction, so each is told once.
+deletion with its Slack event in one transaction, so each is told once. A manifest already
+gone (a delete whose answer was lost, then retried) is treated as deleted: its attachments
+are deleted and it is recorded, its reason saying it was already gone.
 
 A registry that refuses deletes stops the run at its first refusal: nothing was deleted,
 nothing is recorded, the report says so in one line. Problems are the report's, for the
@@ -124,21 +126,24 @@ class RetentionService:
             assert deletion.digest is not None  # guard_shared_digests sets it
             try:
                 attachments = self._janitor.attachments(deletion.digest)
-                if not self._janitor.delete(deletion.digest):
-                    log.info("retention: %s was already gone", deletion.tag)
-                    continue
+                # Already gone: most likely an earlier delete whose answer was lost (the
+                # retry meets 404). Its attachments are still there; record it all the same.
+                gone = not self._janitor.delete(deletion.digest)
             except DeleteRefusedError as error:
                 report.refused = str(error)
                 return
             except ReleasebotError as error:
                 report.errors.append(f"cannot delete {deletion.tag}: {error}")
                 continue
+            if gone:
+                log.info("retention: %s was already gone from the registry", deletion.tag)
             removed = self._delete_attachments(deletion, attachments, report)
+            reason = f"{deletion.reason} (already gone from the registry)" if gone else None
             record = DeletionRecord(
                 deletion.tag,
                 deletion.digest,
                 deletion.flatcar.text,
-                deletion.reason,
+                reason or deletion.reason,
                 self._clock(),
                 removed,
             )
