@@ -9,7 +9,8 @@ tag on it), and with ``apply`` deletes each candidate's manifest, then what is a
 it (cosign signatures and attestations, SBOM and provenance referrers), and records each
 deletion with its Slack event in one transaction, so each is told once. A manifest already
 gone (a delete whose answer was lost, then retried) is treated as deleted: its attachments
-are deleted and it is recorded, its reason saying it was already gone.
+are deleted and it is recorded, its reason saying it was already gone. An attachment whose
+digest a kept tag points at is never deleted (an error line says so).
 
 A registry that refuses deletes stops the run at its first refusal: nothing was deleted,
 nothing is recorded, the report says so in one line. Problems are the report's, for the
@@ -101,6 +102,7 @@ class RetentionService:
         plan = plan_retention(inputs, now=now, after=self._after, max_deletions=self._max_deletions)
         if plan.held is not None:
             return RetentionReport(plan, applied=apply)
+        kept: frozenset[str] = frozenset()
         if plan.delete:
             digests = {
                 tag: self._janitor.digest(tag)
@@ -108,9 +110,15 @@ class RetentionService:
                 if not tag.startswith(ATTACHMENT_PREFIX)
             }
             plan = guard_shared_digests(plan, digests)
+            deleting = {deletion.tag for deletion in plan.delete}
+            kept = frozenset(
+                digest
+                for tag, digest in digests.items()
+                if digest is not None and tag not in deleting
+            )
         report = RetentionReport(plan, applied=apply)
         if apply:
-            self._apply(report)
+            self._apply(report, kept)
         return report
 
     def _nodes(self) -> tuple[tuple[ParsedNode, ...] | None, str | None]:
@@ -121,7 +129,9 @@ class RetentionService:
         except ReleasebotError as error:
             return None, str(error)
 
-    def _apply(self, report: RetentionReport) -> None:
+    def _apply(self, report: RetentionReport, kept: frozenset[str]) -> None:
+        """Delete the plan's manifests; ``kept``: the digests of every tag kept, which no
+        attachment delete may touch (a delete by digest removes every tag on it)."""
         for deletion in report.plan.delete:
             assert deletion.digest is not None  # guard_shared_digests sets it
             try:
@@ -137,7 +147,7 @@ class RetentionService:
                 continue
             if gone:
                 log.info("retention: %s was already gone from the registry", deletion.tag)
-            removed = self._delete_attachments(deletion, attachments, report)
+            removed = self._delete_attachments(deletion, attachments, kept, report)
             reason = f"{deletion.reason} (already gone from the registry)" if gone else None
             record = DeletionRecord(
                 deletion.tag,
@@ -158,10 +168,20 @@ class RetentionService:
             )
 
     def _delete_attachments(
-        self, deletion: Deletion, attachments: tuple[str, ...], report: RetentionReport
+        self,
+        deletion: Deletion,
+        attachments: tuple[str, ...],
+        kept: frozenset[str],
+        report: RetentionReport,
     ) -> int:
         removed = 0
         for digest in attachments:
+            if digest in kept:
+                report.errors.append(
+                    f"{deletion.tag}: attachment {digest} not deleted: a kept tag points at "
+                    "the same manifest"
+                )
+                continue
             try:
                 removed += self._janitor.delete(digest)
             except ReleasebotError as error:
