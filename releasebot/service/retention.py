@@ -12,9 +12,11 @@ gone (a delete whose answer was lost, then retried) is treated as deleted: its a
 are deleted and it is recorded, its reason saying it was already gone. An attachment whose
 digest a kept tag points at is never deleted (an error line says so).
 
-A registry that refuses deletes stops the run at its first refusal: nothing was deleted,
-nothing is recorded, the report says so in one line. Problems are the report's, for the
-caller to show (the CLI's lines, the service's log); each deletion is logged here.
+A registry that refuses deletes stops the run at its first refusal: what was deleted
+before it (normally nothing: a registry refuses every delete or none) is recorded and in
+the report's ``deleted``, nothing after it is tried, the report says so in one line.
+Problems are the report's, for the caller to show (the CLI's lines, the service's log);
+each deletion is logged here.
 Deliberately not here: the decision (``domain.retention``), HTTP (``registry/janitor.py``),
 scheduling (``service.runner``).
 """
@@ -56,7 +58,8 @@ class RetentionReport:
     applied: bool
     deleted: list[DeletionRecord] = field(default_factory=list)
     refused: str | None = None
-    """The registry refused deletes: nothing was deleted (the one line to show)."""
+    """The registry refused deletes (the one line to show); nothing after the refusal was
+    deleted, what was before it is in ``deleted``."""
     errors: list[str] = field(default_factory=list)
     """Problems that did not stop the run (an attachment that could not be deleted)."""
 

@@ -188,5 +188,5 @@ def test_a_registry_refusing_deletes_is_one_line_and_exit_1(
     (line,) = err.splitlines()
     assert "refuses deletes (405" in line
     assert line.endswith("; nothing was deleted")
-    assert out.splitlines()[0].startswith(f"would delete  {GONE}")
+    assert out.splitlines()[0].startswith(f"not deleted   {GONE}")
     assert tags(nodelete_registry, registry_name) == {GONE, RUNNING, TARGET}
