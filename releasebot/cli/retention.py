@@ -47,9 +47,11 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def _cmd_retention(args: argparse.Namespace) -> int:
     from releasebot.config import load_settings
+    from releasebot.config.secrets import secret_values
     from releasebot.wiring.retention import retention_service
 
     settings = load_settings(args.config)
+    args.redact.learn(secret_values(settings))  # as every command: mask what is configured
     if args.apply and not settings.retention.enabled:
         raise ConfigError(
             "retention.enabled", "is false: set it to true to delete (try without --apply first)"

@@ -190,3 +190,24 @@ def test_a_registry_refusing_deletes_is_one_line_and_exit_1(
     assert line.endswith("; nothing was deleted")
     assert out.splitlines()[0].startswith(f"not deleted   {GONE}")
     assert tags(nodelete_registry, registry_name) == {GONE, RUNNING, TARGET}
+
+
+def test_the_configured_secrets_are_known_to_the_redactor(tmp_path: Path) -> None:
+    import argparse
+
+    from releasebot.cli.retention import _cmd_retention
+    from releasebot.domain.errors import ConfigError
+    from releasebot.logs import RedactSecrets
+
+    secret = "plain-value-4f1c9a"  # no recognisable form: only a known value is masked
+    path = tmp_path / "releasebot.toml"
+    path.write_text(
+        '[registry]\nrepository = "127.0.0.1:9/nvidia/driver"\nusername = "bot"\n'
+        f'password = "{secret}"\n[retention]\nenabled = false\n',
+        encoding="utf-8",
+    )
+    args = argparse.Namespace(config=str(path), apply=True, format="table")
+    args.redact = RedactSecrets()
+    with pytest.raises(ConfigError):  # --apply with retention disabled: stops after loading
+        _cmd_retention(args)
+    assert secret not in args.redact.redact(f"an error quoting {secret}")
