@@ -47,9 +47,11 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def _cmd_retention(args: argparse.Namespace) -> int:
     from releasebot.config import load_settings
+    from releasebot.config.secrets import secret_values
     from releasebot.wiring.retention import retention_service
 
     settings = load_settings(args.config)
+    args.redact.learn(secret_values(settings))  # as every command: mask what is configured
     if args.apply and not settings.retention.enabled:
         raise ConfigError(
             "retention.enabled", "is false: set it to true to delete (try without --apply first)"
@@ -66,19 +68,31 @@ def _cmd_retention(args: argparse.Namespace) -> int:
     if report.plan.held is not None:
         error(report.plan.held)
     if report.refused is not None:
-        error(f"{report.refused}; nothing was deleted")
+        done = len(report.deleted)
+        error(
+            f"{report.refused}; "
+            + (f"{done} tag(s) were deleted before the refusal" if done else "nothing was deleted")
+        )
     for problem in report.errors:
         error(problem)
     return EXIT_FAILED if report.failed else EXIT_OK
 
 
 def print_report(report: RetentionReport, out: TextIO) -> None:
+    """Applied: what was deleted as deleted (also when a refusal stopped the run later),
+    and, after a refusal, what it left as not deleted; a dry run: what it would delete."""
     plan = report.plan
-    done = report.applied and report.refused is None
     deleted = {record.tag for record in report.deleted}
-    verb = "deleted" if done else "would delete"
+    left = 0
     for deletion in plan.delete:
-        if done and deletion.tag not in deleted:
+        if not report.applied:
+            verb = "would delete"
+        elif deletion.tag in deleted:
+            verb = "deleted"
+        elif report.refused is not None:
+            verb = "not deleted"
+            left += 1
+        else:  # a delete that failed: its error line says why
             continue
         out.write(f"{verb:<13} {deletion.tag}  {deletion.digest or '-'}\n")
         out.write(f"{'':<13} {deletion.reason}\n")
@@ -87,8 +101,13 @@ def print_report(report: RetentionReport, out: TextIO) -> None:
         if len(reason) > KEEP_REASON_CHARS:
             reason = reason[: KEEP_REASON_CHARS - 1] + "…"
         out.write(f"{'keep':<13} {kept.tag}  {reason}\n")
-    count = len(report.deleted) if done else len(plan.delete)
-    summary = f"{count} tag(s) {verb}, {len(plan.keep)} kept"
+    if report.applied:
+        summary = f"{len(report.deleted)} tag(s) deleted"
+        if left:
+            summary += f", {left} not deleted (the registry refuses deletes)"
+    else:
+        summary = f"{len(plan.delete)} tag(s) would delete"
+    summary += f", {len(plan.keep)} kept"
     if plan.foreign:
         summary += f", {plan.foreign} other tag(s) not of releasebot's shape left alone"
     if not report.applied and plan.delete:

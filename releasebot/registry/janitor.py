@@ -11,7 +11,9 @@ for the operator, and nothing else happens.
 What belongs to a digest (``attachments``), as ``signing/`` writes it: cosign's
 ``sha256-<hex>.sig`` and ``.att`` tags, the referrers tag ``sha256-<hex>`` (an index of the
 SBOM and provenance manifests, for registries without the referrers API) and what the OCI
-1.1 referrers API lists, for the digest and for each image of its index. Everything goes
+1.1 referrers API lists, for the digest and for each image of its index. An index or
+referrers answer that cannot be read is a ``RegistryError`` (retention then keeps the tag
+and reports it), never an empty list that would leave attachments behind unnoticed. Everything goes
 through ``OrasRegistry``'s request loop: the same credentials, TLS, timeouts and retries.
 Deliberately not here: deciding what to delete (``domain.retention``), blobs (the
 registry's garbage collection frees them).
@@ -19,10 +21,9 @@ registry's garbage collection frees them).
 
 from __future__ import annotations
 
-import json
-
 from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import DeleteRefusedError, RegistryAuthError, RegistryError
+from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX
 from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswer
@@ -30,6 +31,8 @@ from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswe
 MAX_LISTED = 256
 """Manifests read from one index or referrers answer: releasebot attaches a handful."""
 _ACCEPT = ", ".join(MANIFEST_TYPES)
+_ERROR_LIMITS = JsonLimits(max_bytes=64 * 1024)
+"""An error body is a few hundred bytes; more is not read as one."""
 
 
 class OrasJanitor:
@@ -100,17 +103,49 @@ class OrasJanitor:
             return []
         self._expect(answer, f"manifest {digest}")
         media_type = answer.headers.get("Content-Type", "").split(";")[0].strip()
-        document = _document(answer.body)
+        what = f"manifest {digest}"
+        document = self._document(answer.body, what)
         if media_type not in INDEX_TYPES and "manifests" not in document:
             return []
-        return _digests(document)
+        return self._digests(document, what)
 
     def _referrers(self, digest: str) -> list[str]:
         answer = self._registry.request("GET", f"referrers/{digest}", {"Accept": OCI_INDEX})
         if answer.status in (400, 404, 405):  # no referrers API (distribution 2.8)
             return []
         self._expect(answer, f"referrers of {digest}")
-        return _digests(_document(answer.body))
+        what = f"referrers of {digest}"
+        return self._digests(self._document(answer.body, what), what)
+
+    def _document(self, body: bytes, what: str) -> dict[str, object]:
+        """``body`` decoded by the edge's bounded reader: a body nested too deep, with an
+        integer too long or larger than the limit is a ``RegistryError``, never Python's."""
+        try:
+            document = decode_json(body)
+        except JsonRefusedError as error:
+            raise RegistryError(
+                f"registry {self._host}: {what} is not JSON: {error.problem}"
+            ) from error
+        if not isinstance(document, dict):
+            raise RegistryError(f"registry {self._host}: {what} is not a JSON object")
+        return document
+
+    def _digests(self, document: dict[str, object], what: str) -> list[str]:
+        """The digests an index lists (at most ``MAX_LISTED``). An index that cannot be
+        read is a ``RegistryError``, never an empty list: what it lists would otherwise
+        stay behind unnoticed, so the caller keeps the tag and reports the error."""
+        manifests = document.get("manifests", [])
+        if not isinstance(manifests, list):
+            raise RegistryError(f"registry {self._host}: {what}: manifests is not a list")
+        found = []
+        for entry in manifests[:MAX_LISTED]:
+            digest = entry.get("digest") if isinstance(entry, dict) else None
+            if not (isinstance(digest, str) and is_digest(digest) and digest.startswith("sha256:")):
+                raise RegistryError(
+                    f"registry {self._host}: {what}: lists {_trim(digest)!r}, not a sha256 digest"
+                )
+            found.append(digest)
+        return found
 
     def _check(self, digest: str) -> None:
         if not is_digest(digest) or not digest.startswith("sha256:"):
@@ -129,30 +164,10 @@ class OrasJanitor:
         )
 
 
-def _document(body: bytes) -> dict[str, object]:
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return document if isinstance(document, dict) else {}
-
-
-def _digests(document: dict[str, object]) -> list[str]:
-    manifests = document.get("manifests")
-    if not isinstance(manifests, list):
-        return []
-    found = []
-    for entry in manifests[:MAX_LISTED]:
-        digest = entry.get("digest") if isinstance(entry, dict) else None
-        if isinstance(digest, str) and is_digest(digest) and digest.startswith("sha256:"):
-            found.append(digest)
-    return found
-
-
 def _error_code(answer: RegistryAnswer) -> str:
     try:
-        code = json.loads(answer.body)["errors"][0]["code"]
-    except (ValueError, TypeError, KeyError, IndexError):
+        code = decode_json(answer.body, _ERROR_LIMITS)["errors"][0]["code"]  # type: ignore[index]
+    except (JsonRefusedError, TypeError, KeyError, IndexError):
         return ""
     return _trim(code) if isinstance(code, str) else ""
 

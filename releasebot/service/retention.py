@@ -7,11 +7,16 @@ Flatcar feed last listed each release, and the current targets. It resolves the 
 every tag that could share a manifest with a candidate (a delete by digest removes every
 tag on it), and with ``apply`` deletes each candidate's manifest, then what is attached to
 it (cosign signatures and attestations, SBOM and provenance referrers), and records each
-deletion with its Slack event in one transaction, so each is told once.
+deletion with its Slack event in one transaction, so each is told once. A manifest already
+gone (a delete whose answer was lost, then retried) is treated as deleted: its attachments
+are deleted and it is recorded, its reason saying it was already gone. An attachment whose
+digest a kept tag points at is never deleted (an error line says so).
 
-A registry that refuses deletes stops the run at its first refusal: nothing was deleted,
-nothing is recorded, the report says so in one line. Problems are the report's, for the
-caller to show (the CLI's lines, the service's log); each deletion is logged here.
+A registry that refuses deletes stops the run at its first refusal: what was deleted
+before it (normally nothing: a registry refuses every delete or none) is recorded and in
+the report's ``deleted``, nothing after it is tried, the report says so in one line.
+Problems are the report's, for the caller to show (the CLI's lines, the service's log);
+each deletion is logged here.
 Deliberately not here: the decision (``domain.retention``), HTTP (``registry/janitor.py``),
 scheduling (``service.runner``).
 """
@@ -53,7 +58,8 @@ class RetentionReport:
     applied: bool
     deleted: list[DeletionRecord] = field(default_factory=list)
     refused: str | None = None
-    """The registry refused deletes: nothing was deleted (the one line to show)."""
+    """The registry refused deletes (the one line to show); nothing after the refusal was
+    deleted, what was before it is in ``deleted``."""
     errors: list[str] = field(default_factory=list)
     """Problems that did not stop the run (an attachment that could not be deleted)."""
 
@@ -99,6 +105,7 @@ class RetentionService:
         plan = plan_retention(inputs, now=now, after=self._after, max_deletions=self._max_deletions)
         if plan.held is not None:
             return RetentionReport(plan, applied=apply)
+        kept: frozenset[str] = frozenset()
         if plan.delete:
             digests = {
                 tag: self._janitor.digest(tag)
@@ -106,9 +113,15 @@ class RetentionService:
                 if not tag.startswith(ATTACHMENT_PREFIX)
             }
             plan = guard_shared_digests(plan, digests)
+            deleting = {deletion.tag for deletion in plan.delete}
+            kept = frozenset(
+                digest
+                for tag, digest in digests.items()
+                if digest is not None and tag not in deleting
+            )
         report = RetentionReport(plan, applied=apply)
         if apply:
-            self._apply(report)
+            self._apply(report, kept)
         return report
 
     def _nodes(self) -> tuple[tuple[ParsedNode, ...] | None, str | None]:
@@ -119,26 +132,31 @@ class RetentionService:
         except ReleasebotError as error:
             return None, str(error)
 
-    def _apply(self, report: RetentionReport) -> None:
+    def _apply(self, report: RetentionReport, kept: frozenset[str]) -> None:
+        """Delete the plan's manifests; ``kept``: the digests of every tag kept, which no
+        attachment delete may touch (a delete by digest removes every tag on it)."""
         for deletion in report.plan.delete:
             assert deletion.digest is not None  # guard_shared_digests sets it
             try:
                 attachments = self._janitor.attachments(deletion.digest)
-                if not self._janitor.delete(deletion.digest):
-                    log.info("retention: %s was already gone", deletion.tag)
-                    continue
+                # Already gone: most likely an earlier delete whose answer was lost (the
+                # retry meets 404). Its attachments are still there; record it all the same.
+                gone = not self._janitor.delete(deletion.digest)
             except DeleteRefusedError as error:
                 report.refused = str(error)
                 return
             except ReleasebotError as error:
                 report.errors.append(f"cannot delete {deletion.tag}: {error}")
                 continue
-            removed = self._delete_attachments(deletion, attachments, report)
+            if gone:
+                log.info("retention: %s was already gone from the registry", deletion.tag)
+            removed = self._delete_attachments(deletion, attachments, kept, report)
+            reason = f"{deletion.reason} (already gone from the registry)" if gone else None
             record = DeletionRecord(
                 deletion.tag,
                 deletion.digest,
                 deletion.flatcar.text,
-                deletion.reason,
+                reason or deletion.reason,
                 self._clock(),
                 removed,
             )
@@ -153,10 +171,20 @@ class RetentionService:
             )
 
     def _delete_attachments(
-        self, deletion: Deletion, attachments: tuple[str, ...], report: RetentionReport
+        self,
+        deletion: Deletion,
+        attachments: tuple[str, ...],
+        kept: frozenset[str],
+        report: RetentionReport,
     ) -> int:
         removed = 0
         for digest in attachments:
+            if digest in kept:
+                report.errors.append(
+                    f"{deletion.tag}: attachment {digest} not deleted: a kept tag points at "
+                    "the same manifest"
+                )
+                continue
             try:
                 removed += self._janitor.delete(digest)
             except ReleasebotError as error:

@@ -13,7 +13,9 @@ threads, so a long cycle never delays a lease renewal:
 - ``retention`` (only when given) every ``retention_check_every``: ``retain()``, which
   runs the retention callable on the leader, under the cycle guard, once per
   ``retention_every`` (a run skipped because a cycle held the guard is tried again at the
-  next check, not a day later). The checks are jittered by up to one delivery period:
+  next check, not a day later; a failed run ``retention_retry_after`` later). When it is
+  due next is kept in the store's flag ``retention_next_at``, so neither a restart nor a
+  new leader runs it again before then. The checks are jittered by up to one delivery period:
   delivery holds the guard for each round, and checks in step with the rounds (both
   periods round, both started together) would find it busy every time.
 
@@ -98,6 +100,9 @@ class RunnerOptions:
     """A cycle running longer than this makes /healthz fail: restart a hung process."""
     retention_every: timedelta = timedelta(days=1)
     """How often retention runs (when it is given)."""
+    retention_retry_after: timedelta = timedelta(hours=1)
+    """How long after a failed retention run the next is tried (not at the next check:
+    a registry or store that is down would otherwise be hit 144 times a day)."""
     retention_check_every: timedelta = timedelta(minutes=10)
     """How often the leader checks whether retention is due; the first check comes this
     long after the start, once the first cycle has read the feeds and the fleet; the
@@ -116,6 +121,10 @@ class RunnerOptions:
     def stale_after(self) -> timedelta:
         """A leader whose last cycle is older than this is not ready: two missed cycles."""
         return self.interval * 2 + self.jitter + timedelta(seconds=60)
+
+
+RETENTION_FLAG = "retention_next_at"
+"""The store flag holding when retention is due next (ISO 8601, UTC)."""
 
 
 class Runner:
@@ -153,6 +162,8 @@ class Runner:
         self._socket_connected = socket_connected
         self._retention = retention
         self.last_retention_at: datetime | None = None
+        """When retention last ran here (completed or failed)."""
+        self._retention_next_at: datetime | None = None
         self.options = options
         self._clock = clock
         self._monotonic = monotonic
@@ -297,9 +308,10 @@ class Runner:
             return "stopping"
         if not self.lead():
             return "follower"
-        last = self.last_retention_at
-        if last is not None and self._clock() - last < self.options.retention_every:
+        due = self._retention_due()
+        if due is not None and self._clock() < due:
             return "not-due"
+        outcome, wait = "completed", self.options.retention_every
         try:
             with self._guard.hold(self._holder, self.options.guard_ttl, self._clock) as held:
                 if not held:
@@ -308,12 +320,39 @@ class Runner:
                 self._retention()
         except ReleasebotError as error:
             log.warning("retention failed: %s", error)
-            return "failed"
+            outcome, wait = "failed", self.options.retention_retry_after
         except Exception:  # a bug must not end the loop: logged with its traceback
             log.exception("retention failed unexpectedly")
-            return "failed"
-        self.last_retention_at = self._clock()
-        return "completed"
+            outcome, wait = "failed", self.options.retention_retry_after
+        now = self._clock()
+        self.last_retention_at = now
+        self._retention_next_at = now + wait
+        try:  # kept in the store, so a restart or a new leader does not run it again soon
+            self._store.set_flag(RETENTION_FLAG, (now + wait).isoformat(), now)
+        except ReleasebotError as error:
+            log.warning("retention: cannot keep when it runs next: %s", error)
+        if outcome == "failed":
+            log.info("retention: trying again at %s", (now + wait).isoformat())
+        return outcome
+
+    def _retention_due(self) -> datetime | None:
+        """When retention is due next: the store's word (shared by every replica, kept
+        over restarts), else this process's own; ``None``: now (never ran)."""
+        try:
+            stored = self._store.flag(RETENTION_FLAG)
+        except ReleasebotError as error:
+            log.warning("retention: cannot read when it runs next: %s", error)
+            return self._retention_next_at
+        if stored is None:
+            return self._retention_next_at
+        try:
+            due = datetime.fromisoformat(stored)
+        except ValueError:
+            due = None
+        if due is None or due.tzinfo is None:  # not one of ours: run, then overwrite it
+            log.warning("retention: flag %s holds no time; running now", RETENTION_FLAG)
+            return None
+        return due
 
     # -- probes --------------------------------------------------------------------------
 

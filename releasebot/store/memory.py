@@ -333,7 +333,7 @@ class MemoryStateStore:
             ]
 
     def record_deletion(self, deletion: DeletionRecord, events: Sequence[Event] = ()) -> None:
-        stored = _as_stored(events)
+        stored = _as_stored(events if self._keep_events else ())
         kept = replace(
             deletion, deleted_at=_utc(deletion.deleted_at), reason=fit_error(deletion.reason)
         )

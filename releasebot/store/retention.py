@@ -3,26 +3,31 @@
 ``flatcar_listings`` reads when each Flatcar feed last listed each release (the
 ``flatcar_feed_entries`` rows the feed polls keep); ``record_deletion`` appends one row to
 ``retention_deletions``. Each function runs on a connection the store opened in a
-transaction; this module neither opens transactions nor translates errors (``sql.py``).
+transaction; this module neither opens transactions nor translates errors (``sql.py``);
+rows are read through ``decode.row_mapper``, so an unreadable value is one ``StoreError``.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, insert, select
+from typing import Any
+
+from sqlalchemy import Connection, Row, insert, select
 
 from releasebot.domain.retention import DeletionRecord, Listing
+from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error
 from releasebot.store.tables import flatcar_feed_entries, retention_deletions
 
 
 def flatcar_listings(conn: Connection) -> list[Listing]:
     entries = flatcar_feed_entries.c
-    rows = conn.execute(
-        select(entries.feed, entries.version, entries.present, entries.last_seen_at).order_by(
-            entries.version, entries.feed
-        )
-    )
-    return [Listing(row.feed, row.version, bool(row.present), row.last_seen_at) for row in rows]
+    query = select(flatcar_feed_entries).order_by(entries.version, entries.feed)
+    return [_listing(row) for row in conn.execute(query)]
+
+
+@row_mapper(flatcar_feed_entries)
+def _listing(row: Row[Any]) -> Listing:
+    return Listing(row.feed, row.version, bool(row.present), row.last_seen_at)
 
 
 def record_deletion(conn: Connection, deletion: DeletionRecord) -> None:
@@ -41,9 +46,11 @@ def record_deletion(conn: Connection, deletion: DeletionRecord) -> None:
 def deletions(conn: Connection) -> list[DeletionRecord]:
     table = retention_deletions.c
     rows = conn.execute(select(retention_deletions).order_by(table.id))
-    return [
-        DeletionRecord(
-            row.tag, row.digest, row.flatcar_version, row.reason, row.deleted_at, row.attachments
-        )
-        for row in rows
-    ]
+    return [_deletion(row) for row in rows]
+
+
+@row_mapper(retention_deletions)
+def _deletion(row: Row[Any]) -> DeletionRecord:
+    return DeletionRecord(
+        row.tag, row.digest, row.flatcar_version, row.reason, row.deleted_at, row.attachments
+    )

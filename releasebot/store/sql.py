@@ -293,7 +293,7 @@ class SqlStateStore:
     def record_deletion(self, deletion: DeletionRecord, events: Sequence[Event] = ()) -> None:
         with self._transaction(write=True) as conn:
             retention.record_deletion(conn, deletion)
-            outbox.insert_events(conn, events)
+            outbox.insert_events(conn, events if self._keep_events else ())
 
     def deletions(self) -> list[DeletionRecord]:
         with self._transaction() as conn:

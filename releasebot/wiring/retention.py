@@ -47,8 +47,10 @@ def retention_service(
         stack.enter_context(closing(registry))
         if engine is None:
             engine = stack.enter_context(open_engine(settings.database.url))
-        store: StateStore = (
-            migrated_store(engine) if apply else DryRunStore(read_only_store(engine))
+        store: StateStore = (  # as the cycle's: events only when Slack delivers them
+            migrated_store(engine, keep_events=settings.slack.enabled)
+            if apply
+            else DryRunStore(read_only_store(engine))
         )
         if fleet_source is None and settings.fleet.enabled:
             fleet_source = stack.enter_context(_cluster_fleet(settings))

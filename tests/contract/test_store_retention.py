@@ -3,8 +3,9 @@
 ``flatcar_listings`` says, per Flatcar feed and release, whether the feed still lists it
 and when it last did (what a feed body that drops a release changes, and what a repeated
 body does not); ``record_deletion`` keeps each deletion with its Slack event in one
-transaction, in order, with aware UTC times; the dry-run store reads the real store's
-listings and records nothing.
+transaction, in order, with aware UTC times, and without the event when no notifier is
+configured; an unreadable timestamp is one ``StoreError`` naming the row; the dry-run
+store reads the real store's listings and records nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from releasebot.domain.events import Event, EventKind, deletion_key
 from releasebot.domain.ports import StateStore
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.dryrun import DryRunStore
+from releasebot.store.memory import MemoryStateStore
+from releasebot.store.sql import SqlStateStore
+from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import SEEN, URL, flatcar
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -68,6 +72,45 @@ def test_a_deletion_is_recorded_with_its_event(store: StateStore) -> None:
     (pending,) = store.pending_events(T0 + timedelta(hours=1))
     assert pending.event.kind is EventKind.TAG_DELETED
     assert pending.event.message_key == f"retention:{first.tag}@{DIGEST}"
+
+
+def test_a_store_without_a_notifier_records_the_deletion_but_no_event(
+    backend: Backend,
+) -> None:
+    store: StateStore = (
+        MemoryStateStore(keep_events=False)
+        if backend.engine is None
+        else SqlStateStore(backend.engine, keep_events=False)
+    )
+    first = deletion("580.105.08-flatcar4230.2.4", T0)
+    event = Event(EventKind.TAG_DELETED, deletion_key(first.tag, DIGEST), first.tag, T0, {})
+    store.record_deletion(first, events=[event])
+    assert store.deletions() == [first]
+    assert store.pending_events(T0 + timedelta(hours=1)) == []
+    assert store.outbox_backlog() == 0
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("flatcar_feed_entries", "last_seen_at"), ("retention_deletions", "deleted_at")],
+)
+def test_an_unreadable_timestamp_is_one_store_error(
+    sql_backend: Backend, table: str, column: str
+) -> None:
+    if sql_backend.name != "sqlite":  # PostgreSQL's column refuses text that is no time
+        pytest.skip("only SQLite stores text in a timestamp column")
+    store = sql_backend.store
+    store.record_flatcar_feed("stable", URL, [flatcar("4593.2.4")], SEEN, T0)
+    store.record_deletion(deletion("580.105.08-flatcar4230.2.4", T0))
+    assert sql_backend.engine is not None
+    with sql_backend.engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE {table} SET {column} = 'yesterday'")
+    read = store.flatcar_listings if table == "flatcar_feed_entries" else store.deletions
+    with pytest.raises(StoreError) as caught:
+        read()
+    assert f"table {table}" in str(caught.value)
+    assert column in str(caught.value)
+    assert "correct or delete that row" in str(caught.value)
 
 
 def test_a_naive_deletion_time_is_refused(store: StateStore) -> None:

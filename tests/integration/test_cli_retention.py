@@ -5,8 +5,8 @@ leave it.
 Covers: the dry run prints what it would delete and why, what it keeps and why, and
 deletes nothing (exit 0, also with retention disabled); ``--apply`` with retention
 disabled is one line and exit 2; ``--apply`` deletes the one release nothing needs and
-records it (exit 0); the JSON form; Nodes forbidden by RBAC, and a registry refusing
-deletes, are one line each, exit 1, and delete nothing.
+records it (exit 0), with no Slack event when Slack is off; the JSON form; Nodes forbidden
+by RBAC, and a registry refusing deletes, are one line each, exit 1, and delete nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli import main
+from releasebot.domain.events import EventKind
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
@@ -140,8 +141,11 @@ def test_apply_deletes_what_nothing_needs_and_records_it(
     assert tags(plain_registry, registry_name) == {RUNNING, TARGET}
     engine = make_engine(f"sqlite:///{tmp_path / 'state.db'}")
     (recorded,) = SqlStateStore(engine).deletions()
+    later = datetime.now(UTC) + timedelta(days=1)
+    kinds = {p.event.kind for p in SqlStateStore(engine).pending_events(later)}
     engine.dispose()
     assert (recorded.tag, recorded.digest) == (GONE, prepared[GONE])
+    assert EventKind.TAG_DELETED not in kinds  # Slack is off: nothing fills the outbox
     code, out, _ = run(capsys, "retention", "--apply", "--config", config)
     assert code == 0
     assert out.splitlines()[-1] == "0 tag(s) deleted, 2 kept"
@@ -184,5 +188,26 @@ def test_a_registry_refusing_deletes_is_one_line_and_exit_1(
     (line,) = err.splitlines()
     assert "refuses deletes (405" in line
     assert line.endswith("; nothing was deleted")
-    assert out.splitlines()[0].startswith(f"would delete  {GONE}")
+    assert out.splitlines()[0].startswith(f"not deleted   {GONE}")
     assert tags(nodelete_registry, registry_name) == {GONE, RUNNING, TARGET}
+
+
+def test_the_configured_secrets_are_known_to_the_redactor(tmp_path: Path) -> None:
+    import argparse
+
+    from releasebot.cli.retention import _cmd_retention
+    from releasebot.domain.errors import ConfigError
+    from releasebot.logs import RedactSecrets
+
+    secret = "plain-value-4f1c9a"  # no recognisable form: only a known value is masked
+    path = tmp_path / "releasebot.toml"
+    path.write_text(
+        '[registry]\nrepository = "127.0.0.1:9/nvidia/driver"\nusername = "bot"\n'
+        f'password = "{secret}"\n[retention]\nenabled = false\n',
+        encoding="utf-8",
+    )
+    args = argparse.Namespace(config=str(path), apply=True, format="table")
+    args.redact = RedactSecrets()
+    with pytest.raises(ConfigError):  # --apply with retention disabled: stops after loading
+        _cmd_retention(args)
+    assert secret not in args.redact.redact(f"an error quoting {secret}")

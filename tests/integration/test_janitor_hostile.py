@@ -4,8 +4,10 @@ HTTP: every answer is one line in the domain's error tree, bounded and printable
 Covers: 401/403 on a delete names the missing delete right; 405 without a body and an
 ``UNSUPPORTED`` code on another status are both a refusal; an odd status quotes no body
 and no control characters; 404 is "already gone"; a 5xx is retried then unavailable; a
-referrers answer that is not JSON, not an index, or lists far too many manifests gives a
-bounded list of well-formed digests only; a digest that is not one is refused unsent.
+referrers answer or error body that is not JSON (nested too deep, an integer too long) is
+one ``RegistryError``, and so is one that is not an index or lists what is no digest (never
+an empty list); one listing far too many manifests gives a bounded list; a digest that is
+not one is refused unsent.
 """
 
 from __future__ import annotations
@@ -122,13 +124,63 @@ def test_a_registry_down_is_retried_then_unavailable(fake: DeletingFake) -> None
     "body",
     [
         b"<html>not json</html>",
+        b"[" * 100_000,
+        b'{"manifests": [], "size": ' + b"9" * 5_000 + b"}",
+    ],
+    ids=["not-json", "deep", "long-integer"],
+)
+def test_an_unreadable_referrers_answer_is_one_registry_error(
+    fake: DeletingFake, body: bytes
+) -> None:
+    fake.route(f"/v2/{NAME}/referrers/{DIGEST}", Reply(200, {}, body))
+    with pytest.raises(RegistryError) as caught:
+        janitor(fake).attachments(DIGEST)
+    one_line(str(caught.value))
+    assert "is not JSON" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "body", [b"[" * 100_000, b'{"errors": [{"code": ' + b"1" * 5_000 + b"}]}"], ids=["deep", "long"]
+)
+def test_an_unreadable_error_body_on_delete_is_one_registry_error(
+    fake: DeletingFake, body: bytes
+) -> None:
+    fake.route(manifest_path(DIGEST), Reply(400, {"Content-Type": "application/json"}, body))
+    with pytest.raises(RegistryError) as caught:
+        janitor(fake).delete(DIGEST)
+    one_line(str(caught.value))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
         b'"a string"',
         b'{"manifests": "nope"}',
-        json.dumps({"manifests": [{"digest": "sha256:short"}, {"digest": 5}, "x"]}).encode(),
+        json.dumps({"manifests": [{"digest": "sha256:short"}]}).encode(),
+        json.dumps({"manifests": [{"digest": 5}]}).encode(),
+        json.dumps({"manifests": ["x"]}).encode(),
     ],
 )
-def test_bad_referrers_answers_list_nothing(fake: DeletingFake, body: bytes) -> None:
+def test_an_unreadable_referrers_index_is_an_error_not_an_empty_list(
+    fake: DeletingFake, body: bytes
+) -> None:
     fake.route(f"/v2/{NAME}/referrers/{DIGEST}", Reply(200, {}, body))
+    with pytest.raises(RegistryError) as caught:
+        janitor(fake).attachments(DIGEST)
+    one_line(str(caught.value))
+    assert f"referrers of {DIGEST}" in str(caught.value)
+
+
+def test_an_unreadable_index_of_the_subject_is_an_error(fake: DeletingFake) -> None:
+    index = "application/vnd.oci.image.index.v1+json"
+    fake.route(manifest_path(DIGEST), Reply(200, {"Content-Type": index}, b'{"manifests": 7}'))
+    with pytest.raises(RegistryError) as caught:
+        janitor(fake).attachments(DIGEST)
+    assert f"manifest {DIGEST}: manifests is not a list" in str(caught.value)
+
+
+def test_no_referrers_lists_nothing(fake: DeletingFake) -> None:
+    fake.route(f"/v2/{NAME}/referrers/{DIGEST}", Reply(200, {}, b'{"manifests": []}'))
     assert janitor(fake).attachments(DIGEST) == ()
 
 

@@ -10,7 +10,9 @@ The use case (``service/retention.py``) end to end, on a seeded store and a simu
 fleet: a dry run deletes nothing; ``apply`` deletes exactly the release nothing needs (and
 its signature), keeps what a node runs, what a node will reboot into, what a feed lists
 and the current target, records the deletion and tells it once; an unsure fleet and a
-registry refusing deletes delete nothing and record nothing.
+registry refusing deletes delete nothing and record nothing; a delete whose answer was lost
+(its retry answers "already gone") still deletes the attachments and is recorded and told;
+an attachment whose digest a kept tag points at is never deleted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from releasebot.domain.events import EventKind
 from releasebot.domain.fleet import NFD_VERSION_ID
 from releasebot.domain.versions import Arch
 from releasebot.fleet.memory import MemoryFleetSource
+from releasebot.registry import OCI_MANIFEST
 from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.registry.janitor import OrasJanitor
 from releasebot.registry.oras import OrasRegistry
@@ -37,6 +40,7 @@ from releasebot.store.sql import SqlStateStore
 from tests.contract.test_store_contract import SEEN, URL, flatcar
 from tests.integration.test_signing_registry import attestor, request_for
 from tests.support.fleetnodes import gpu_node
+from tests.support.lossyproxy import run_lossy_proxy
 from tests.support.registryserver import RunningRegistry
 from tests.support.targets import make_target
 
@@ -240,3 +244,60 @@ def test_a_registry_refusing_deletes_changes_nothing(
     assert store.deletions() == []
     assert store.pending_events(NOW) == []
     oras.close()
+
+
+def test_a_delete_whose_answer_was_lost_is_still_recorded_with_its_attachments(
+    plain_registry: RunningRegistry, registry_name: str, store: SqlStateStore
+) -> None:
+    digests = push_all(plain_registry, registry_name)
+    gone = digests[GONE]
+    direct = OrasRegistry(plain_registry.repository(registry_name), insecure=True, retries=0)
+    artifacts = OrasArtifacts(direct)
+    attestor(artifacts, generate_key()).attest(
+        request_for(artifacts.repository, gone, {Arch.AMD64: gone})
+    )
+    hex_part = gone.split(":")[1]
+    with run_lossy_proxy(plain_registry.base_url, lose=gone) as proxy:
+        oras = OrasRegistry(
+            proxy.repository(registry_name), insecure=True, retries=1, sleep=lambda _: None
+        )
+        report = service(store, OrasJanitor(oras), fleet()).run(apply=True)
+        oras.close()
+    assert proxy.lost == [f"/v2/{registry_name}/manifests/{gone}"]
+    assert not report.failed, report.errors
+    _, janitor = janitor_for(plain_registry, registry_name)
+    left = janitor.tags()
+    assert GONE not in left
+    assert not {t for t in left if t.startswith(f"sha256-{hex_part}")}  # attachments too
+    (recorded,) = store.deletions()
+    assert (recorded.tag, recorded.digest) == (GONE, gone)
+    assert recorded.attachments >= 2
+    assert "already gone" in recorded.reason
+    (event,) = store.pending_events(NOW)
+    assert event.event.kind is EventKind.TAG_DELETED
+    direct.close()
+
+
+def test_an_attachment_that_is_a_kept_tags_manifest_is_never_deleted(
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    janitor: OrasJanitor,
+    store: SqlStateStore,
+) -> None:
+    import httpx
+
+    digests = push_all(plain_registry, registry_name)
+    gone = digests[GONE]
+    # A signature tag of the deleted release that points at a kept release's manifest
+    # (a hand-made tag, a broken signer): deleting it would delete the kept tag.
+    manifests = f"{plain_registry.base_url}/v2/{registry_name}/manifests"
+    kept = httpx.get(f"{manifests}/{RUNNING}", headers={"Accept": OCI_MANIFEST})
+    signature = f"sha256-{gone.split(':')[1]}.sig"
+    put = httpx.put(
+        f"{manifests}/{signature}", content=kept.content, headers={"Content-Type": OCI_MANIFEST}
+    )
+    assert put.status_code == 201
+    report = service(store, janitor, fleet()).run(apply=True)
+    assert [d.tag for d in report.deleted] == [GONE]
+    assert janitor.digest(RUNNING) == digests[RUNNING]
+    assert any(digests[RUNNING] in error and "kept" in error for error in report.errors)

@@ -244,3 +244,31 @@ def test_a_tag_gone_before_the_delete_is_not_deleted() -> None:
 )
 def test_own_tag_shape(tag: str, own: bool) -> None:
     assert (parse_own_tag(tag) is not None) is own
+
+
+def test_a_refusal_after_a_deletion_shows_the_deletion_as_deleted() -> None:
+    from io import StringIO
+
+    from releasebot.cli.retention import print_report
+    from releasebot.domain.retention import Deletion, DeletionRecord, RetentionPlan
+    from releasebot.domain.versions import FlatcarVersion
+    from releasebot.service.retention import RetentionReport
+
+    first, second = "580.105.08-flatcar4230.2.4", "580.105.08-flatcar4230.2.3"
+    digest = "sha256:" + "1" * 64
+    plan = RetentionPlan(
+        delete=tuple(
+            Deletion(tag, FlatcarVersion.parse(tag.rsplit("flatcar", 1)[1]), "left", digest)
+            for tag in (first, second)
+        ),
+        keep=(),
+    )
+    done = DeletionRecord(first, digest, "4230.2.4", "left", NOW, 0)
+    report = RetentionReport(plan, applied=True, deleted=[done], refused="refuses deletes")
+    out = StringIO()
+    print_report(report, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:2] == ["deleted", first]
+    assert lines[2].split()[:3] == ["not", "deleted", second]
+    assert lines[-1] == "1 tag(s) deleted, 1 not deleted (the registry refuses deletes), 0 kept"
+    assert "would delete" not in out.getvalue()

@@ -23,7 +23,7 @@ from releasebot.domain.errors import StoreUnavailableError
 from releasebot.leader.memory import MemoryElector, MemoryLease
 from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.reconcile import CycleReport
-from releasebot.service.runner import Runner, RunnerOptions
+from releasebot.service.runner import RETENTION_FLAG, Runner, RunnerOptions
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.lock import CycleGuard
@@ -81,6 +81,7 @@ def replica(guard_engine: Engine) -> Callable[..., Replica]:
         retention: Callable[[], object] | None = None,
         options: RunnerOptions = OPTIONS,
         guard: CycleGuard | None = None,
+        store: MemoryStateStore | None = None,
     ) -> Replica:
         clock, now = [0.0], [T0]
         events: list[str] = []
@@ -90,7 +91,7 @@ def replica(guard_engine: Engine) -> Callable[..., Replica]:
             elector=MemoryElector(lease, name, duration=options.lease, monotonic=lambda: clock[0]),
             guard=guard or CycleGuard(guard_engine),
             holder=name,
-            store=MemoryStateStore(),
+            store=store or MemoryStateStore(),
             metrics=metrics,
             ping=ping,
             deliver=deliver,
@@ -294,8 +295,44 @@ def test_failing_retention_is_logged_and_tried_again_at_the_next_check(
     assert a.runner.tick() == "completed"
     assert a.runner.retain() == "failed"
     assert "retention failed: state store: connection refused" in caplog.text
+    assert a.runner.retain() == "not-due"  # not at every check: an hour later
+    a.advance(timedelta(minutes=59).total_seconds())
+    assert a.runner.retain() == "not-due"
+    a.advance(timedelta(minutes=1).total_seconds())
     assert a.runner.retain() == "failed"
     assert len(attempts) == 2
+
+
+def test_a_restart_or_a_new_leader_does_not_run_retention_again_before_it_is_due(
+    replica: Callable[..., Replica],
+) -> None:
+    runs: list[str] = []
+    store = MemoryStateStore()
+    a = replica("a", retention=lambda: runs.append("a"), store=store)
+    assert a.runner.tick() == "completed"
+    assert a.runner.retain() == "completed"
+    b = replica("b", retention=lambda: runs.append("b"), store=store)
+    assert b.runner.tick() == "follower"
+    b.advance(timedelta(hours=23).total_seconds())  # a is gone, its lease lapsed
+    assert b.runner.tick() == "completed"
+    assert b.runner.retain() == "not-due"
+    b.advance(timedelta(hours=1).total_seconds())
+    assert b.runner.retain() == "completed"
+    assert runs == ["a", "b"]
+
+
+def test_a_retention_flag_that_holds_no_time_runs_retention_and_is_overwritten(
+    replica: Callable[..., Replica],
+) -> None:
+    store = MemoryStateStore()
+    store.set_flag(RETENTION_FLAG, "not a time", T0)
+    runs: list[str] = []
+    a = replica("a", retention=lambda: runs.append("a"), store=store)
+    assert a.runner.tick() == "completed"
+    assert a.runner.retain() == "completed"
+    assert store.flag(RETENTION_FLAG) == (T0 + timedelta(days=1)).isoformat()
+    assert a.runner.retain() == "not-due"
+    assert runs == ["a"]
 
 
 def test_retention_checks_do_not_fall_in_step_with_delivery_rounds(
