@@ -150,13 +150,37 @@ def make_engine(
                 application_name="releasebot",
             )
             options = {_WRITE_WAIT: busy_timeout}
-        return create_engine(
+        engine = create_engine(
             parsed, pool_pre_ping=True, connect_args=connect_args, execution_options=options
         )
+        if parsed.get_backend_name() == "postgresql":
+            event.listen(engine, "connect", _timestamps_never_raise)
+        return engine
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as error:
         raise StoreError(
             f"state store: unsupported database URL {render_url(parsed)}: {_detail(error)}"
         ) from error
+
+
+def _timestamps_never_raise(dbapi_connection: Any, _record: object) -> None:
+    """psycopg raises inside a fetch on a timestamp no ``datetime`` holds (``infinity``,
+    after year 9999): hand the text back instead, so the column type makes it
+    ``Unreadable`` and the row's mapper names the table, the row and the column."""
+    from psycopg import DataError
+    from psycopg.types.datetime import TimestampLoader, TimestamptzLoader
+
+    def lenient(base: type[Any]) -> type[Any]:
+        class Lenient(base):  # type: ignore[misc]
+            def load(self, data: Any) -> Any:
+                try:
+                    return super().load(data)
+                except DataError:
+                    return bytes(data).decode("utf-8", "replace")
+
+        return Lenient
+
+    dbapi_connection.adapters.register_loader("timestamptz", lenient(TimestamptzLoader))
+    dbapi_connection.adapters.register_loader("timestamp", lenient(TimestampLoader))
 
 
 def render_url(url: URL) -> str:
