@@ -404,6 +404,9 @@ def published(
     builds, most = publish.builds, rules.max_attempts
     event = build_event(EventKind.TAG_PUBLISHED, record, now, builds, most, signed_by=signed_by)
     detail = digest if signed_by is None else f"{digest}, signed by {signed_by}"
+    # A publish restarts the retry budget (``failed_streak``): the next attempt's messages
+    # count from here ("Attempt 4 of 6", never "4 of 3").
+    record = replace(record, budget_start=record.attempts)
     return Change(record, Decision(Action.PUBLISHED, record.tag, detail), event)
 
 

@@ -305,6 +305,23 @@ def test_every_arch_verified_publishes_the_tag() -> None:
     assert change.decision == Decision(Action.PUBLISHED, target.tag, DIGEST)
 
 
+def test_after_a_publish_the_messages_count_the_new_budget() -> None:
+    target = record(TargetState.BUILDING, attempts=3)
+    outcome = settle(
+        target, builds_of(target, BuildState.SUCCEEDED, attempt=3), now=T0, rules=RULES
+    )
+    assert isinstance(outcome, Publish)
+    change = published(outcome, DIGEST, now=T0, rules=RULES)
+    assert change.event is not None
+    assert change.event.payload["max_attempts"] == RULES.max_attempts  # "3 of 3" as it was
+    vanished = replace(change.record, state=TargetState.MISSING)
+    again = start_attempt(
+        vanished, [build_request(target.target, Arch.AMD64, 4)], reused={}, now=T0, rules=RULES
+    )
+    assert again.record.attempts == 4
+    assert again.event.payload["max_attempts"] == 3 + RULES.max_attempts  # "4 of 6"
+
+
 def test_a_multi_arch_attempt_needs_an_index_and_a_refused_index_is_a_failure() -> None:
     target = record(TargetState.BUILDING, attempts=1, arches=BOTH)
     done = builds_of(target, BuildState.SUCCEEDED, BuildState.SUCCEEDED)
