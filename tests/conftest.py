@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -63,3 +64,20 @@ def served_feeds(test_data: Path) -> Iterator[FeedServer]:
 @pytest.fixture
 def now() -> datetime:
     return datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """``run_service`` configures the process's logging; put it back for the next tests."""
+    saved = []
+    for name in ("releasebot", "apscheduler"):
+        logger = logging.getLogger(name)
+        saved.append((logger, list(logger.handlers), logger.level, logger.propagate))
+    yield
+    for logger, handlers, level, propagate in saved:
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        for handler in handlers:
+            logger.addHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate

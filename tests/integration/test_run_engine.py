@@ -12,7 +12,6 @@ own ``runner_options`` so that ten periods take a second, not a minute and a hal
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -42,23 +41,6 @@ PERIODS = 10
 def slack() -> Iterator[SlackApi]:
     with SlackApi() as api:
         yield api
-
-
-@pytest.fixture
-def logging_restored() -> Iterator[None]:
-    """``run_service`` configures the process's logging; put it back for the next tests."""
-    saved = []
-    for name in ("releasebot", "apscheduler"):
-        logger = logging.getLogger(name)
-        saved.append((logger, list(logger.handlers), logger.level, logger.propagate))
-    yield
-    for logger, handlers, level, propagate in saved:
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        for handler in handlers:
-            logger.addHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
 
 
 def settings_for(

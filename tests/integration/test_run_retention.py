@@ -10,7 +10,6 @@ is shortened through the run wiring's own ``runner_options``.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -45,23 +44,6 @@ def slack_api() -> Iterator[SlackApi]:
         yield api
 
 
-@pytest.fixture
-def logging_kept() -> Iterator[None]:
-    """``run_service`` configures the process's logging; put it back for the next tests."""
-    saved = []
-    for name in ("releasebot", "apscheduler"):
-        logger = logging.getLogger(name)
-        saved.append((logger, list(logger.handlers), logger.level, logger.propagate))
-    yield
-    for logger, handlers, level, propagate in saved:
-        for handler in list(logger.handlers):
-            logger.removeHandler(handler)
-        for handler in handlers:
-            logger.addHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = propagate
-
-
 def seed(path: Path) -> None:
     engine = make_engine(f"sqlite:///{path}")
     migrate.upgrade(engine)
@@ -78,7 +60,7 @@ def tags(registry: RunningRegistry, name: str) -> set[str]:
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.usefixtures("logging_kept")
+@pytest.mark.usefixtures("logging_restored")
 def test_the_service_runs_retention_on_the_leader_and_tells_each_deletion_once(
     tmp_path: Path,
     served_feeds: FeedServer,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+
+from tests.support.servers import QuietHandler, serving
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"}
 
@@ -37,10 +38,7 @@ def run_lossy_proxy(upstream_base_url: str, *, lose: str) -> Iterator[LossyProxy
     proxy = LossyProxy()
     client = httpx.Client(base_url=upstream_base_url, timeout=10.0)
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             self._forward()
 
@@ -54,7 +52,7 @@ def run_lossy_proxy(upstream_base_url: str, *, lose: str) -> Iterator[LossyProxy
                 if lose_it:
                     proxy.lost.append(self.path)
             if lose_it and answer.is_success:
-                self._answer(503, {}, b"")
+                self.answer(503, {}, b"")
             else:
                 self._send(answer)
 
@@ -71,27 +69,11 @@ def run_lossy_proxy(upstream_base_url: str, *, lose: str) -> Iterator[LossyProxy
             out = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP}
             length = int(answer.headers.get("Content-Length") or len(answer.content))
             content = b"" if self.command == "HEAD" else answer.content
-            self._answer(answer.status_code, out, content, length=length)
+            self.answer(answer.status_code, out, content, length=length)
 
-        def _answer(
-            self, status: int, headers: dict[str, str], body: bytes, length: int | None = None
-        ) -> None:
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body) if length is None else length))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    proxy.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield proxy
+        with serving(Handler) as host:
+            proxy.host = host
+            yield proxy
     finally:
-        server.shutdown()
-        server.server_close()
         client.close()

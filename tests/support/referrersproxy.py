@@ -16,9 +16,10 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+
+from tests.support.servers import QuietHandler, serving
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"}
@@ -42,10 +43,7 @@ def run_referrers_proxy(upstream_base_url: str) -> Iterator[ReferrersProxy]:
     proxy = ReferrersProxy(upstream_base_url)
     client = httpx.Client(base_url=upstream_base_url, timeout=10.0)
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             if "/referrers/" in self.path:
                 self._referrers()
@@ -70,7 +68,7 @@ def run_referrers_proxy(upstream_base_url: str) -> Iterator[ReferrersProxy]:
             with proxy.lock:
                 entries = list(proxy.referrers.get(digest, []))
             body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries})
-            self._answer(200, {"Content-Type": OCI_INDEX}, body.encode())
+            self.answer(200, {"Content-Type": OCI_INDEX}, body.encode())
 
         def _forward(self) -> None:
             body = self._body()
@@ -86,7 +84,7 @@ def run_referrers_proxy(upstream_base_url: str) -> Iterator[ReferrersProxy]:
                     out["OCI-Subject"] = subject
             length = int(answer.headers.get("Content-Length") or len(answer.content))
             content = b"" if self.command == "HEAD" else answer.content
-            self._answer(answer.status_code, out, content, length=length)
+            self.answer(answer.status_code, out, content, length=length)
 
         def _index(self, body: bytes, digest: str) -> str | None:
             try:
@@ -110,25 +108,9 @@ def run_referrers_proxy(upstream_base_url: str) -> Iterator[ReferrersProxy]:
                     listed.append(entry)
             return str(subject["digest"])
 
-        def _answer(
-            self, status: int, headers: dict[str, str], body: bytes, length: int | None = None
-        ) -> None:
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body) if length is None else length))
-            self.end_headers()
-            if body:
-                self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    proxy.host = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield proxy
+        with serving(Handler) as host:
+            proxy.host = host
+            yield proxy
     finally:
-        server.shutdown()
-        server.server_close()
         client.close()
