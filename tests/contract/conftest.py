@@ -33,6 +33,12 @@ class Backend:
     engine: Engine | None
     """The engine under an SQL store (to watch its statements); ``None`` for memory."""
 
+    def without_events(self) -> StateStore:
+        """The same store as the wiring builds it when Slack is off: events dropped."""
+        if self.engine is None:
+            return MemoryStateStore(keep_events=False)
+        return SqlStateStore(self.engine, keep_events=False)
+
 
 @pytest.fixture(scope="session")
 def postgres_engine() -> Iterator[Engine]:

@@ -21,8 +21,6 @@ from releasebot.domain.ports import StateStore
 from releasebot.service.notifications import discard_undeliverable
 from releasebot.store.dryrun import DryRunStore
 from releasebot.store.limits import ERROR_MAX_CHARS
-from releasebot.store.memory import MemoryStateStore
-from releasebot.store.sql import SqlStateStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_builds import build, planned_target
 
@@ -222,11 +220,7 @@ def test_a_store_without_a_notifier_keeps_no_event_but_every_state_change(
     backend: Backend,
 ) -> None:
     # As the wiring builds it when Slack is off: the same store, events dropped.
-    store: StateStore = (
-        MemoryStateStore(keep_events=False)
-        if backend.engine is None
-        else SqlStateStore(backend.engine, keep_events=False)
-    )
+    store = backend.without_events()
     record = planned_target(store)
     building = replace(record, state=TargetState.BUILDING, attempts=1, updated_at=T0)
     store.save(targets=[building], builds=[build(record)], events=[event(tag=record.tag)])

@@ -19,8 +19,6 @@ from releasebot.domain.events import Event, EventKind, deletion_key
 from releasebot.domain.ports import StateStore
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.dryrun import DryRunStore
-from releasebot.store.memory import MemoryStateStore
-from releasebot.store.sql import SqlStateStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import SEEN, URL, flatcar
 
@@ -77,11 +75,7 @@ def test_a_deletion_is_recorded_with_its_event(store: StateStore) -> None:
 def test_a_store_without_a_notifier_records_the_deletion_but_no_event(
     backend: Backend,
 ) -> None:
-    store: StateStore = (
-        MemoryStateStore(keep_events=False)
-        if backend.engine is None
-        else SqlStateStore(backend.engine, keep_events=False)
-    )
+    store = backend.without_events()
     first = deletion("580.105.08-flatcar4230.2.4", T0)
     event = Event(EventKind.TAG_DELETED, deletion_key(first.tag, DIGEST), first.tag, T0, {})
     store.record_deletion(first, events=[event])

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.feedserver import FeedServer, Reply
+from tests.support.gpg import gpg
 from tests.support.tools import missing_tool
 
 SCRIPT = (
@@ -45,7 +46,7 @@ PAST = 1577836800  # 2020-01-01: keys "of an old release" are made then, at a fa
 
 
 @pytest.fixture(autouse=True)
-def _gpg() -> None:
+def _gpg_installed() -> None:
     if shutil.which("gpg") is None:
         missing_tool("gpg is not installed (apt-get install gnupg)")
 
@@ -67,36 +68,16 @@ class Keys:
     """A key whose signing subkey expired long ago (created and used at a faked past time)."""
 
 
-def _gpg(home: Path, *args: str, faked: int | None = None) -> str:
-    command = [
-        "gpg",
-        "--homedir",
-        str(home),
-        "--batch",
-        "--passphrase",
-        "",
-        "--pinentry-mode",
-        "loopback",
-    ]
-    if faked is not None:
-        command += ["--faked-system-time", f"{faked}!"]
-    result = subprocess.run(
-        [*command, *args], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 def _make_key(home: Path, name: str, *, faked: int | None = None, expire: str = "0") -> Key:
     uid = f"{name} <{name}@example.invalid>"
-    _gpg(home, "--quick-gen-key", uid, "ed25519", "cert", "0", faked=faked)
-    listing = _gpg(home, "--with-colons", "--list-keys", uid)
+    gpg(home, "--quick-gen-key", uid, "ed25519", "cert", "0", faked=faked)
+    listing = gpg(home, "--with-colons", "--list-keys", uid)
     fingerprint = _fingerprints(listing)[0]
-    _gpg(home, "--quick-add-key", fingerprint, "ed25519", "sign", expire, faked=faked)
-    listing = _gpg(home, "--with-colons", "--list-keys", fingerprint)
+    gpg(home, "--quick-add-key", fingerprint, "ed25519", "sign", expire, faked=faked)
+    listing = gpg(home, "--with-colons", "--list-keys", fingerprint)
     subkey = _fingerprints(listing)[1]
     public = home.parent / f"{name}.asc"
-    public.write_text(_gpg(home, "--armor", "--export", fingerprint))
+    public.write_text(gpg(home, "--armor", "--export", fingerprint))
     return Key(fingerprint, subkey, public)
 
 
@@ -144,7 +125,7 @@ def clearsign(keys: Keys, signer: str, text: str, *, faked: int | None = None) -
     source.write_text(text)
     out = keys.home.parent / "to-sign.txt.asc"
     out.unlink(missing_ok=True)
-    _gpg(
+    gpg(
         keys.home,
         "--local-user",
         f"{signer}!",

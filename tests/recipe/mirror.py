@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Self
 
+from tests.support.gpg import gpg
 from tests.support.servers import Started
 
 CHANNEL = "stable"
@@ -47,28 +48,6 @@ FILES = (
     "flatcar_production_image.vmlinuz",
     "flatcar_production_image_kernel_config.txt",
 )
-
-
-def gpg(home: Path, *args: str) -> str:
-    result = subprocess.run(
-        [
-            "gpg",
-            "--homedir",
-            str(home),
-            "--batch",
-            "--passphrase",
-            "",
-            "--pinentry-mode",
-            "loopback",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 @dataclass(frozen=True)
