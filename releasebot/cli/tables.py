@@ -94,15 +94,27 @@ def print_coverage(coverage: Coverage, fmt: str, out: TextIO) -> None:
     if not coverage.nodes and not coverage.ignored:
         out.write("no GPU nodes\n")
         return
-    header = ("NODE", "ARCH", "FLATCAR", "VERDICT", "PENDING", "PENDING VERDICT", "NOTE")
+    header = (
+        "NODE",
+        "ARCH",
+        "FLATCAR",
+        "VERDICT",
+        "IMAGE",
+        "PENDING",
+        "PENDING VERDICT",
+        "PENDING IMAGE",
+        "NOTE",
+    )
     rows = [header] + [
         (
             node.name,
             node.arch.value,
             node.version.text,
             node.verdict.value,
+            node.reference or "-",
             "-" if node.pending_version is None else node.pending_version.text,
             "-" if node.pending_verdict is None else node.pending_verdict.value,
+            node.pending_reference or "-",
             _note(node.before_reboot, node.note),
         )
         for node in coverage.nodes

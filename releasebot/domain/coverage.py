@@ -95,6 +95,11 @@ class NodeCoverage:
     source: str | None = None
     """The GPU Operator object that gives the node its driver, if known."""
     note: str | None = None
+    reference: str | None = None
+    """The exact image reference the operator makes the node pull now, when known."""
+    pending_reference: str | None = None
+    """The one it will pull after its pending reboot (the pool it will be in then)."""
+    pending_source: str | None = None
 
     @property
     def exposed(self) -> bool:
@@ -171,10 +176,15 @@ def _node(entry: NodeNeeds, records: Mapping[str, TargetRecord]) -> NodeCoverage
     pending = node.pending_version
     if entry.foreign is not None:
         verdict: Verdict = Verdict.FOREIGN
-        pending_verdict: Verdict | None = None if pending is None else Verdict.FOREIGN
     else:
         verdict = worst(image.verdict for image in images if not image.pending)
-        pending_verdict = None if pending is None else worst(i.verdict for i in images if i.pending)
+    pending_verdict: Verdict | None = None
+    if pending is not None:
+        pending_verdict = (
+            Verdict.FOREIGN
+            if entry.pending_foreign is not None
+            else worst(i.verdict for i in images if i.pending)
+        )
     return NodeCoverage(
         name=node.name,
         arch=node.arch,
@@ -186,6 +196,9 @@ def _node(entry: NodeNeeds, records: Mapping[str, TargetRecord]) -> NodeCoverage
         images=images,
         source=entry.source,
         note=next((i.problem for i in images if i.problem), entry.note),
+        reference=entry.reference,
+        pending_reference=entry.pending_reference,
+        pending_source=entry.pending_source,
     )
 
 
@@ -260,6 +273,9 @@ def coverage_json(coverage: Coverage) -> dict[str, object]:
                 else node.pending_verdict.value,
                 "before_reboot": node.before_reboot,
                 "source": node.source,
+                "image": node.reference,
+                "pending_source": node.pending_source,
+                "pending_image": node.pending_reference,
                 "note": node.note,
                 "images": [image(item) for item in node.images],
             }

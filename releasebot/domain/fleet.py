@@ -58,6 +58,16 @@ FLUO_REBOOT_NEEDED = FLUO_PREFIX + "reboot-needed"
 FLUO_NEW_VERSION = FLUO_PREFIX + "new-version"
 FLUO_BEFORE_REBOOT = FLUO_PREFIX + "before-reboot"
 FLUO_REBOOT_PAUSED = FLUO_PREFIX + "reboot-paused"
+FLUO_AFTER_REBOOT = FLUO_PREFIX + "after-reboot"
+"""FLUO labels a node ``after-reboot=true`` once it is back from its reboot, and waits for
+the annotations named by ``--after-reboot-annotations`` to be ``"true"``."""
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The device plugin's extended resource: how many GPUs the kubelet offers to pods."""
+DRIVER_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+"""The GPU Operator's upgrade controller's label; ``upgrade-failed`` after too many
+restarts of the driver pod."""
+DEFAULT_PROOF_ANNOTATION = "releasebot.io/driver-proven"
+"""The annotation FLUO's ``--after-reboot-annotations`` waits for, set by releasebot."""
 NO_NEW_VERSION = "0.0.0"
 """update_engine's NewVersion when no update is downloaded: nothing pending."""
 DEFAULT_GATE_ANNOTATION = "releasebot.io/driver-image-ready"
@@ -97,6 +107,8 @@ class FluoState:
     before_reboot: bool = False
     """FLUO wants to reboot the node and waits for the before-reboot annotations."""
     reboot_paused: bool = False
+    after_reboot: bool = False
+    """The node is back from FLUO's reboot and FLUO waits for the after-reboot annotations."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,15 @@ class FleetNode:
     """The node's well-formed labels, for matching NVIDIADriver node selectors."""
     notes: tuple[str, ...] = ()
     """Oddities worth a line in the fleet view (labels that needed cleaning...)."""
+    proof: str | None = field(default=None, compare=False)
+    """The value of releasebot's after-reboot proof annotation, if set."""
+    gpus: int | None = field(default=None, compare=False)
+    """``status.allocatable["nvidia.com/gpu"]``: the GPUs the device plugin offers now;
+    ``None`` when the node does not say (no device plugin, or an unreadable value)."""
+    upgrade_state: str | None = field(default=None, compare=False)
+    """The GPU Operator's ``gpu-driver-upgrade-state`` label, if any."""
+    boot_id: str | None = field(default=None, compare=False)
+    """``status.nodeInfo.bootID``: changes at every boot, so a second reboot is seen."""
 
     @property
     def is_gpu(self) -> bool:
@@ -162,13 +183,19 @@ class IgnoredNode:
 ParsedNode = FleetNode | IgnoredNode
 
 
-def parse_node(raw: object, *, gate_annotation: str = DEFAULT_GATE_ANNOTATION) -> ParsedNode:
+def parse_node(
+    raw: object,
+    *,
+    gate_annotation: str = DEFAULT_GATE_ANNOTATION,
+    proof_annotation: str = DEFAULT_PROOF_ANNOTATION,
+) -> ParsedNode:
     """One Node object (as JSON from the API server) as a ``FleetNode`` or ``IgnoredNode``."""
     node = _mapping(raw)
     meta = _mapping(node.get("metadata"))
     raw_labels = _mapping(meta.get("labels"))
     raw_annotations = _mapping(meta.get("annotations"))
-    info = _mapping(_mapping(node.get("status")).get("nodeInfo"))
+    status = _mapping(node.get("status"))
+    info = _mapping(status.get("nodeInfo"))
     name = clean(meta.get("name"), limit=NAME_MAX_CHARS) or UNNAMED
 
     gpu = _gpu_evidence(raw_labels)
@@ -241,6 +268,10 @@ def parse_node(raw: object, *, gate_annotation: str = DEFAULT_GATE_ANNOTATION) -
         resource_version=clean(meta.get("resourceVersion"), limit=63),
         labels=MappingProxyType(_valid_labels(raw_labels)),
         notes=(*notes, *fluo_notes),
+        proof=clean(raw_annotations.get(proof_annotation), limit=63),
+        gpus=_count(_mapping(status.get("allocatable")).get(GPU_RESOURCE)),
+        upgrade_state=clean(raw_labels.get(DRIVER_UPGRADE_STATE), limit=63),
+        boot_id=clean(info.get("bootID"), limit=64),
     )
 
 
@@ -280,6 +311,14 @@ def _gpu_evidence(labels: Mapping[str, object]) -> str | None:
         if _true(labels.get(key)):
             return f"{key}=true"
     return None
+
+
+def _count(value: object) -> int | None:
+    """A resource quantity that counts devices (``"8"``); ``None`` for anything else."""
+    text = clean(value, limit=6)
+    if text is None or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
 
 
 def _kernel(value: object) -> str | None:
@@ -328,5 +367,6 @@ def _fluo(
         new_version=new_version,
         before_reboot=_true(labels.get(FLUO_BEFORE_REBOOT)),
         reboot_paused=_true(annotations.get(FLUO_REBOOT_PAUSED)),
+        after_reboot=_true(labels.get(FLUO_AFTER_REBOOT)),
     )
     return state, notes

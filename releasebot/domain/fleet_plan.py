@@ -70,6 +70,14 @@ class NodeNeeds:
     """The reference the node pulls when that is not releasebot's repository."""
     note: str | None = None
     """What the operator view says about this node, when it is worth a line."""
+    reference: str | None = None
+    """The exact image reference the operator makes the node pull now, when known."""
+    pending_reference: str | None = None
+    """The one it will pull after its pending reboot, by the pool it will be in then."""
+    pending_source: str | None = None
+    """The GPU Operator object that will give it its driver after the reboot."""
+    pending_foreign: str | None = None
+    """The reference it will pull after the reboot, when that is not releasebot's."""
 
     @property
     def name(self) -> str:
@@ -132,16 +140,19 @@ def plan_fleet(
     selected = select_drivers(drivers, policy.drivers, _ALL_ARCHES)
     by_version = {driver.version.text: driver for driver in drivers}
     view = operator if operator is not None else OperatorView(None, None)
-    resolution = resolve_images(nodes, view, repository)
+    kernels = {version: release.kernel for version, release in releases.items()}
+    resolution = resolve_images(nodes, view, repository, kernels)
     images = {image.node: image for image in resolution.images}
     if resolution.mode is DriverMode.NONE:  # no operator configured: nothing to say per node
         images = {}
+    pools = resolution.mode is DriverMode.NVIDIA_DRIVER
     gpu = sorted(
         (node for node in nodes if isinstance(node, FleetNode) and node.is_gpu),
         key=lambda node: node.name,
     )
     entries = tuple(
-        _node_needs(node, images.get(node.name), by_version, selected, releases) for node in gpu
+        _node_needs(node, images.get(node.name), by_version, selected, releases, pools=pools)
+        for node in gpu
     )
     ignored = tuple(
         sorted(
@@ -166,30 +177,75 @@ def _node_needs(
     by_version: Mapping[str, DriverRelease],
     selected: Sequence[DriverRelease],
     releases: Mapping[FlatcarVersion, FlatcarRelease],
+    *,
+    pools: bool = False,
 ) -> NodeNeeds:
-    versions = [(node.version, False)]
-    if node.pending_version is not None:
-        versions.append((node.pending_version, True))
+    """What ``node`` needs for the version it runs (by the pool it is in) and for the one
+    it will reboot into (by the pool it will be in then: ``NodeImage.after_reboot``)."""
+    now = _version_needs(node, image, node.version, False, by_version, selected, releases)
+    pending = node.pending_version
+    if pending is None:
+        return NodeNeeds(node, now.needs, now.source, now.foreign, now.note, now.reference)
+    later_image = image if image is None or image.after_reboot is None else image.after_reboot
+    later = _version_needs(
+        node, later_image, pending, True, by_version, selected, releases, pools=pools
+    )
+    return NodeNeeds(
+        node,
+        (*now.needs, *later.needs),
+        now.source,
+        now.foreign,
+        now.note or later.note,
+        now.reference,
+        later.reference,
+        later.source,
+        later.foreign,
+    )
+
+
+@dataclass(frozen=True)
+class _VersionNeeds:
+    needs: tuple[Need, ...]
+    source: str | None
+    foreign: str | None
+    note: str | None
+    reference: str | None
+
+
+def _version_needs(
+    node: FleetNode,
+    image: NodeImage | None,
+    version: FlatcarVersion,
+    pending: bool,
+    by_version: Mapping[str, DriverRelease],
+    selected: Sequence[DriverRelease],
+    releases: Mapping[FlatcarVersion, FlatcarRelease],
+    *,
+    pools: bool = False,
+) -> _VersionNeeds:
+    reference = None if image is None else image.reference
     if image is None or image.source is None or not image.ours:
         foreign = None
         note = None if image is None else image.problem
         if image is not None and image.source is not None:  # a repository not releasebot's
             foreign = image.reference or image.source
             note = f"{image.source} pulls from a repository that is not releasebot's"
-        needs = tuple(
-            _need(node, driver, version, pending, releases)
-            for driver in selected
-            for version, pending in versions
-        )
-        return NodeNeeds(node, needs, None if image is None else image.source, foreign, note)
+        needs = tuple(_need(node, driver, version, pending, releases) for driver in selected)
+        if pools and pending and image is not None and image.source is None and image.problem:
+            # After the reboot the operator gives the node no driver (no pool selects it,
+            # two do): the selected drivers are still planned, but no image vouches for
+            # the node, so its reboot gate stays closed with the reason.
+            doubt = Need(node.name, node.arch, version, pending, None, problem=image.problem)
+            needs = (*needs, doubt)
+        source = None if image is None else image.source
+        return _VersionNeeds(needs, source, foreign, note, reference)
     driver, problem = _operator_driver(image, by_version)
-    needs = tuple(
+    need = (
         _need(node, driver, version, pending, releases)
         if driver is not None
         else Need(node.name, node.arch, version, pending, None, problem=problem)
-        for version, pending in versions
     )
-    return NodeNeeds(node, needs, image.source, None, image.problem)
+    return _VersionNeeds((need,), image.source, None, image.problem, reference)
 
 
 def _operator_driver(

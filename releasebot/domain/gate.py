@@ -98,9 +98,11 @@ def _ready(node: FleetNode, covered: NodeCoverage | None, operator_known: bool) 
         return False, f"no driver is known for Flatcar {pending}"
     waiting = [image for image in images if image.verdict is not Verdict.VERIFIED]
     if waiting:
+        waiting.sort(key=lambda image: image.tag is not None)  # a doubt about the pool first
         first = waiting[0]
         what = first.tag or f"Flatcar {pending}"
         more = f" (+{len(waiting) - 1} more)" if len(waiting) > 1 else ""
-        return False, f"{what}: {first.verdict}{more}"
+        why = first.problem if first.tag is None and first.problem else first.verdict
+        return False, f"{what}: {why}{more}"
     tags = ", ".join(image.tag or "" for image in images)
     return True, f"verified for Flatcar {pending}: {tags}"

@@ -41,11 +41,19 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
-from releasebot.domain.fleet import GPU_PRESENT, FleetNode, ParsedNode
+from releasebot.domain.fleet import (
+    GPU_PRESENT,
+    NFD_KERNEL,
+    NFD_VERSION_ID,
+    FleetNode,
+    FluoState,
+    ParsedNode,
+)
 from releasebot.domain.untrusted import clean, quoted
-from releasebot.domain.versions import is_oci_tag
+from releasebot.domain.versions import FlatcarVersion, is_oci_tag
 
 MIN_MULTI_POOL_OPERATOR = "26.3.0"
 """The first GPU Operator whose NVIDIADriver picks the right image on multi-pool clusters."""
@@ -173,6 +181,10 @@ class NodeImage:
     version: str = ""
     """The deciding object's driver ``version`` as written (a release, a branch, a digest)."""
     precompiled: bool = False
+    after_reboot: NodeImage | None = None
+    """What the node pulls after FLUO reboots it into its pending version: the operator
+    pools it by its labels as they will be then (the new ``VERSION_ID``, the new kernel),
+    so another NVIDIADriver, and another driver, may decide. ``None`` if nothing is pending."""
 
 
 @dataclass(frozen=True)
@@ -220,10 +232,67 @@ def parse_nvidia_driver(raw: object) -> DriverSource:
 
 
 def resolve_images(
-    nodes: Sequence[ParsedNode], view: OperatorView, repository: str
+    nodes: Sequence[ParsedNode],
+    view: OperatorView,
+    repository: str,
+    kernels: Mapping[FlatcarVersion, str] | None = None,
 ) -> ImageResolution:
-    """Per Flatcar GPU node, the image the operator gives it, by the rules above."""
+    """Per Flatcar GPU node, the image the operator gives it, by the rules above, and the
+    one it will give it after its pending reboot (``NodeImage.after_reboot``).
+
+    ``kernels`` is the kernel (``6.12.102``) of each Flatcar release the feeds list: after
+    the reboot NFD labels the node with it, which a precompiled pool's tag contains.
+    """
     flatcar = [node for node in nodes if isinstance(node, FleetNode) and node.is_gpu]
+    now = _resolve(flatcar, nodes, view, repository)
+    futures = [
+        rebooted(node, (kernels or {}).get(node.pending_version))
+        for node in flatcar
+        if node.pending_version is not None
+    ]
+    if not futures:
+        return now
+    # The fleet as it may be mid-rollout: some nodes rebooted, some not (a ClusterPolicy
+    # may take its one OS tag from any of them).
+    later = _resolve(futures, [*nodes, *futures], view, repository)
+    after = {image.node: image for image in later.images}
+    images = tuple(replace(image, after_reboot=after.get(image.node)) for image in now.images)
+    return replace(now, images=images)
+
+
+def rebooted(node: FleetNode, kernel: str | None) -> FleetNode:
+    """``node`` as NFD will label it once it runs its pending version: the operator's
+    node-selector rules are applied to these labels, never to today's."""
+    pending = node.pending_version
+    if pending is None:
+        return node
+    labels = dict(node.labels)
+    major, minor, _ = pending.text.split(".")
+    for key, value in (("", pending.text), (".major", major), (".minor", minor)):
+        if NFD_VERSION_ID + key in labels:
+            labels[NFD_VERSION_ID + key] = value
+    full = None if kernel is None else f"{kernel}-flatcar"
+    if full is not None:
+        labels[NFD_KERNEL] = full
+    else:
+        labels.pop(NFD_KERNEL, None)
+    return replace(
+        node,
+        version=pending,
+        kernel=full,
+        fluo=FluoState(group=node.fluo.group),
+        labels=MappingProxyType(labels),
+    )
+
+
+def _resolve(
+    flatcar: Sequence[FleetNode],
+    nodes: Sequence[ParsedNode],
+    view: OperatorView,
+    repository: str,
+) -> ImageResolution:
+    """Per node of ``flatcar``, the image the operator gives it, by the rules above, in a
+    fleet of ``nodes``."""
     policies = sorted(view.cluster_policies or (), key=lambda source: source.name)
     drivers = [d for d in view.nvidia_drivers or () if d.driver_type == "gpu"]
     warnings: list[str] = []

@@ -104,12 +104,24 @@ def test_fleet_table(config: str, capsys: pytest.CaptureFixture[str]) -> None:
         "ARCH",
         "FLATCAR",
         "VERDICT",
+        "IMAGE",
         "PENDING",
         "PENDING",
         "VERDICT",
+        "PENDING",
+        "IMAGE",
         "NOTE",
     ]
-    assert lines[3].split()[:6] == ["gpu-2", "amd64", "4081.3.9", "missing", "4081.3.10", "missing"]
+    assert lines[3].split()[:8] == [
+        "gpu-2",
+        "amd64",
+        "4081.3.9",
+        "missing",
+        "-",  # no ClusterPolicy here: the operator gives it no reference
+        "4081.3.10",
+        "missing",
+        "-",
+    ]
     assert "FLUO waits to reboot it" in lines[3]
     assert lines[-1].startswith("ignored GPU node gpu-ubuntu-4: runs 'ubuntu22.04'")
 

@@ -5,7 +5,8 @@ agent put on a real Flatcar GPU node (the same keys as ``tests/data/fleet/nodes.
 the os_release and kernel labels, ``nvidia.com/gpu.present``, FLUO's ``id``/``version``/
 ``group`` labels and ``status``/``reboot-needed``/``new-version`` annotations, and
 ``status.nodeInfo``. Options change one fact at a time (a pending version, FLUO's
-``before-reboot`` label, releasebot's own gate annotations, no GPU).
+``before-reboot`` and ``after-reboot`` labels, releasebot's own gate and proof annotations,
+the GPUs allocatable, the GPU Operator's upgrade state, the boot ID, no GPU).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
+    DEFAULT_PROOF_ANNOTATION,
+    DRIVER_UPGRADE_STATE,
+    FLUO_AFTER_REBOOT,
     FLUO_BEFORE_REBOOT,
     FLUO_GROUP,
     FLUO_NEW_VERSION,
@@ -50,6 +54,11 @@ def gpu_node(
     gate: str | None = None,
     gate_version: str | None = None,
     resource_version: str = "1",
+    after_reboot: bool = False,
+    proof: str | None = None,
+    gpus: int | None = 8,
+    upgrade_state: str | None = None,
+    boot_id: str = "boot-1",
 ) -> dict[str, Any]:
     kernel = KERNELS.get(version, "6.12.102") + "-flatcar"
     serial = zlib.crc32(name.encode())
@@ -74,6 +83,10 @@ def gpu_node(
         labels["feature.node.kubernetes.io/pci-10de.present"] = "true"
     if before_reboot:
         labels[FLUO_BEFORE_REBOOT] = "true"
+    if after_reboot:
+        labels[FLUO_AFTER_REBOOT] = "true"
+    if upgrade_state is not None:
+        labels[DRIVER_UPGRADE_STATE] = upgrade_state
     annotations = {
         "node.alpha.kubernetes.io/ttl": "0",
         FLUO_NEW_VERSION: pending or "0.0.0",
@@ -84,6 +97,11 @@ def gpu_node(
         annotations[DEFAULT_GATE_ANNOTATION] = gate
     if gate_version is not None:
         annotations[GATE_VERSION_ANNOTATION] = gate_version
+    if proof is not None:
+        annotations[DEFAULT_PROOF_ANNOTATION] = proof
+    status: dict[str, Any] = {}
+    if gpus is not None and gpu:
+        status["allocatable"] = {"cpu": "32", "nvidia.com/gpu": str(gpus)}
     return {
         "kind": "Node",
         "apiVersion": "v1",
@@ -96,14 +114,16 @@ def gpu_node(
         },
         "spec": {"providerID": f"aws:///eu-west-1a/i-{serial:08x}"},
         "status": {
+            **status,
             "nodeInfo": {
+                "bootID": boot_id,
                 "architecture": arch,
                 "kernelVersion": kernel,
                 "osImage": f"Flatcar Container Linux by Kinvolk {version} (Oklo)",
                 "operatingSystem": "linux",
                 "containerRuntimeVersion": "containerd://1.7.23",
                 "kubeletVersion": "v1.33.4",
-            }
+            },
         },
     }
 
