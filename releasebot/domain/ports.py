@@ -32,6 +32,7 @@ from releasebot.domain.models import (
     Validators,
 )
 from releasebot.domain.operator import CrdAbsent, DriverSource
+from releasebot.domain.proof import OperatorPod, ProofRecord
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.versions import Arch
@@ -221,6 +222,23 @@ class StateStore(Protocol):
 
     def deletions(self) -> list[DeletionRecord]:
         """Every deletion retention recorded, oldest first."""
+
+    # -- the after-reboot proof -------------------------------------------------------------
+
+    def proofs(self) -> list[ProofRecord]:
+        """Every node's proof record, by node name."""
+
+    def save_proofs(
+        self,
+        *,
+        proofs: Sequence[ProofRecord] = (),
+        removed: Sequence[str] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        """Upsert ``proofs`` (by node), delete the records of the ``removed`` nodes, save the
+        targets' status fields (as ``save`` does, with ``proven_at``/``proven_node``) and
+        append ``events`` to the outbox, in ONE transaction."""
 
 
 class Registry(Protocol):
@@ -433,6 +451,28 @@ class FleetSource(Protocol):
         """Release connections; the adapter is not used afterwards."""
 
 
+class PodSource(Protocol):
+    """Reads the GPU Operator's pods on one node, and a container's last log lines
+    (read-only: ``list`` on ``pods``, ``get`` on ``pods/log``, in the operator's namespace).
+
+    Raises ``ClusterForbiddenError`` when RBAC refuses (naming what to grant),
+    ``ClusterUnavailableError`` after the adapter's bounded retries,
+    ``ClusterRejectedError`` for other refusals. Nothing else escapes.
+    """
+
+    def pods_on(self, node: str) -> tuple[OperatorPod, ...]:
+        """The driver and validator pods scheduled on ``node`` (one list call, selected by
+        ``spec.nodeName``), each parsed by ``proof.parse_pod``; other pods are left out."""
+
+    def log_tail(self, namespace: str, pod: str, container: str | None, *, previous: bool) -> str:
+        """The last ``proof.LOG_TAIL_LINES`` lines of a container's log (of its last
+        terminated run with ``previous``), at most ``proof.LOG_TAIL_CHARS`` characters,
+        control characters removed and credentials masked; ``""`` when there is none."""
+
+    def close(self) -> None:
+        """Release connections; the adapter is not used afterwards."""
+
+
 class NodeAnnotator(Protocol):
     """Writes the reboot gate's two annotations on Nodes: the one write releasebot makes to
     a Node, and only with ``fleet.gate`` on (``domain.gate`` decides what to write).
@@ -450,6 +490,10 @@ class NodeAnnotator(Protocol):
 
     def close_gate(self, node: str) -> None:
         """Remove both annotations (a Node without them, or gone, needs nothing)."""
+
+    def set_proof(self, node: str) -> bool:
+        """Set the after-reboot proof annotation (``fleet.proof_annotation``) to ``"true"``:
+        FLUO lets the node go and reboots the next one. False when the Node is gone."""
 
     def close(self) -> None:
         """Release connections; the adapter is not used afterwards."""
