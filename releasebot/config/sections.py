@@ -21,9 +21,14 @@ from releasebot.builders.recipe import CONFIGMAP_NAME
 from releasebot.config import rules
 from releasebot.config.rules import Seconds, redact_url, setting
 from releasebot.domain.errors import ConfigError, InvalidOptionError
-from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, LIST_PAGE_SIZE
+from releasebot.domain.fleet import (
+    DEFAULT_GATE_ANNOTATION,
+    DEFAULT_PROOF_ANNOTATION,
+    LIST_PAGE_SIZE,
+)
 from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, IncompatiblePair, Policy
+from releasebot.domain.proof import ProofRules
 from releasebot.domain.retention import DEFAULT_AFTER, DEFAULT_MAX_DELETIONS
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch
@@ -310,10 +315,33 @@ class FleetSettings:
     """Hold FLUO's reboots until the node's next image is verified (patches Nodes: the
     ``reboot-gate`` component)."""
     gate_annotation: str = setting(DEFAULT_GATE_ANNOTATION, rules.annotation_key)
+    proof: bool = setting(False)
+    """After FLUO reboots a GPU node, set ``proof_annotation`` only once the GPU Operator
+    proved the driver on it (FLUO's ``--after-reboot-annotations``; reads pods and their
+    logs in ``operator_namespace`` and patches Nodes: the ``after-reboot-proof`` component).
+    A node that cannot prove its image halts the rollout there."""
+    proof_annotation: str = setting(DEFAULT_PROOF_ANNOTATION, rules.annotation_key)
+    proof_soak: timedelta = setting(ProofRules.soak, Seconds(0, 86400), key="proof_soak_seconds")
+    """How long everything must hold before a node counts as proven: 2 minutes rides out a
+    driver pod that turns Ready and then crashes."""
+    proof_deadline: timedelta = setting(
+        ProofRules.deadline, Seconds(60, 7 * 86400), key="proof_deadline_seconds"
+    )
+    """No proof within this long after the reboot is a refusal: 30 minutes is longer than
+    the GPU Operator's ~21 minute startup window for the driver pod."""
+    gate_requires_proof: bool = setting(False)
+    """The before-reboot gate opens for an image only once one node proved it (the first
+    node of each image is the canary): needs ``gate`` and ``proof``."""
+    operator_namespace: str = setting("gpu-operator", rules.kaniko_rule(kaniko.check_dns_label))
+    """Where the GPU Operator runs its driver and validator pods."""
 
     @property
     def selector(self) -> LabelSelector:
         return LabelSelector.parse(self.node_selector, key="fleet.node_selector")
+
+    @property
+    def proof_rules(self) -> ProofRules:
+        return ProofRules(soak=self.proof_soak, deadline=self.proof_deadline)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ _BY_STATE = {
     TargetState.RETRYING: Verdict.BUILDING,
     TargetState.FAILED: Verdict.FAILED,
     TargetState.INCOMPATIBLE: Verdict.FAILED,  # it will not build: as bad for the node
+    TargetState.REFUSED: Verdict.FAILED,  # a node could not prove it: no other node gets it
     TargetState.UNKNOWN: Verdict.MISSING,
     TargetState.MISSING: Verdict.MISSING,
     TargetState.WAITING: Verdict.MISSING,
@@ -77,6 +78,8 @@ class ImageCoverage:
     state: TargetState | None = None
     """The target's lifecycle state, if releasebot has one for the tag."""
     problem: str | None = None
+    proven: bool = False
+    """A GPU node proved the image after rebooting into it (the after-reboot proof)."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,8 @@ def _image(need: Need, records: Mapping[str, TargetRecord]) -> ImageCoverage:
         verdict = Verdict.MISSING
     else:
         verdict = _BY_STATE[state]
-    return ImageCoverage(need.tag, need.flatcar, need.pending, verdict, state, need.problem)
+    proven = record is not None and record.proven_at is not None
+    return ImageCoverage(need.tag, need.flatcar, need.pending, verdict, state, need.problem, proven)
 
 
 def _exposures(nodes: Iterable[NodeCoverage]) -> tuple[Exposure, ...]:
@@ -255,6 +259,7 @@ def coverage_json(coverage: Coverage) -> dict[str, object]:
             "verdict": item.verdict.value,
             "state": None if item.state is None else item.state.value,
             "problem": item.problem,
+            "proven": item.proven,
         }
 
     return {

@@ -42,6 +42,10 @@ class EventKind(enum.StrEnum):
     FLEET_READABLE = "fleet_readable"
     TAG_DELETED = "tag_deleted"
     """Retention deleted a registry tag no node, feed or target needs any more."""
+    IMAGE_PROVEN = "image_proven"
+    """A GPU node rebooted into the image and proved it: edits the build's message."""
+    IMAGE_REFUSED = "image_refused"
+    """A GPU node rebooted into the image and could not prove it: the rollout halts there."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,46 @@ def feed_key(feed: str) -> str:
 
 def deletion_key(tag: str, digest: str) -> str:
     return f"retention:{tag}@{digest}"
+
+
+def refusal_key(node: str, tag: str | None, started_at: datetime | None) -> str:
+    since = "" if started_at is None else f"@{started_at.isoformat()}"
+    return f"proof:{node}:{tag or '-'}{since}"
+
+
+def proven_event(record: TargetRecord, node: str, now: datetime) -> Event:
+    """The image of ``record`` was proven on ``node``: its build message says so."""
+    payload: dict[str, str | int | list[str] | None] = {
+        "tag": record.tag,
+        "proven_node": node,
+        "proven_at": now.isoformat(),
+    }
+    return Event(
+        EventKind.IMAGE_PROVEN, build_key(record.tag, record.attempts), record.tag, now, payload
+    )
+
+
+def refused_event(
+    *,
+    node: str,
+    tag: str | None,
+    reason: str,
+    image: bool,
+    log_tail: str | None,
+    started_at: datetime | None,
+    now: datetime,
+) -> Event:
+    """``node`` could not prove ``tag`` after its reboot: FLUO halts there. ``image`` says
+    whether the image is to blame (it is ``refused``: no other node's gate opens for it)."""
+    payload: dict[str, str | int | list[str] | None] = {
+        "tag": tag,
+        "node": node,
+        "error": reason,
+        "image_refused": "yes" if image else "no",
+        "log_tail": log_tail,
+    }
+    subject = tag or node
+    return Event(EventKind.IMAGE_REFUSED, refusal_key(node, tag, started_at), subject, now, payload)
 
 
 def build_event(

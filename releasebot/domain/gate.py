@@ -25,7 +25,7 @@ order builds run in (``lifecycle.launch_order`` puts these images first).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from releasebot.domain.coverage import Coverage, NodeCoverage, Verdict
@@ -54,10 +54,27 @@ class GateDecision:
 
 
 def decide_gates(
-    nodes: Sequence[ParsedNode], coverage: Coverage, *, operator_known: bool
+    nodes: Sequence[ParsedNode],
+    coverage: Coverage,
+    *,
+    operator_known: bool,
+    requires_proof: bool = False,
+    proving: Mapping[str, str] | None = None,
 ) -> tuple[GateDecision, ...]:
-    """A decision for every Flatcar node FLUO waits on or whose gate is set, by name."""
+    """A decision for every Flatcar node FLUO waits on or whose gate is set, by name.
+
+    With ``requires_proof`` an image no node proved yet lets one node through, the canary:
+    ``proving`` names, per tag, the node that is proving it now (after its reboot); a node
+    whose gate is open for an unproven image is the canary too. Every other node waits."""
     covered = {node.name: node for node in coverage.nodes}
+    canaries = dict(proving or {})
+    if requires_proof:
+        for node in nodes:
+            entry = covered.get(node.name)
+            if isinstance(node, FleetNode) and node.gate == "true" and entry is not None:
+                for image in entry.images:
+                    if image.pending and image.tag and not image.proven:
+                        canaries.setdefault(image.tag, node.name)
     decisions = []
     for node in sorted(nodes, key=lambda node: node.name):
         if not isinstance(node, FleetNode):
@@ -66,6 +83,8 @@ def decide_gates(
         if not node.fluo.before_reboot and not is_set and node.gate_version is None:
             continue
         ready, why = _ready(node, covered.get(node.name), operator_known)
+        if ready and requires_proof:
+            ready, why = _canary(node, covered.get(node.name), canaries, why)
         version = NO_VERSION if node.pending_version is None else node.pending_version.text
         if ready and not (is_set and node.gate_version == version):
             decisions.append(
@@ -106,3 +125,23 @@ def _ready(node: FleetNode, covered: NodeCoverage | None, operator_known: bool) 
         return False, f"{what}: {why}{more}"
     tags = ", ".join(image.tag or "" for image in images)
     return True, f"verified for Flatcar {pending}: {tags}"
+
+
+def _canary(
+    node: FleetNode, covered: NodeCoverage | None, canaries: dict[str, str], why: str
+) -> tuple[bool, str]:
+    """With ``gate_requires_proof``: an unproven image goes to one node first."""
+    if not node.is_gpu or covered is None:
+        return True, why
+    unproven = [i for i in covered.images if i.pending and i.tag and not i.proven]
+    for image in unproven:
+        assert image.tag is not None
+        canary = canaries.get(image.tag)
+        if canary is not None and canary != node.name:
+            return False, f"{image.tag}: waiting for {canary} to prove it first"
+    for image in unproven:
+        assert image.tag is not None
+        canaries[image.tag] = node.name
+    if unproven:
+        return True, why + " (the canary: no node proved it yet)"
+    return True, why + ", proven"

@@ -105,6 +105,9 @@ def check_registry(record: TargetRecord, *, present: bool, now: datetime) -> Cha
 
 
 def mark_published(record: TargetRecord, digest: str | None, now: datetime) -> TargetRecord:
+    """Published with ``digest``; an image with another digest than the one a node proved
+    (a rebuild) must be proven again."""
+    rebuilt = digest is not None and digest != record.digest
     return replace(
         record,
         state=TargetState.PUBLISHED,
@@ -113,6 +116,8 @@ def mark_published(record: TargetRecord, digest: str | None, now: datetime) -> T
         next_attempt_at=None,
         last_error=None,
         updated_at=now,
+        proven_at=None if rebuilt else record.proven_at,
+        proven_node=None if rebuilt else record.proven_node,
     )
 
 
@@ -477,6 +482,7 @@ _NEXT = {
     TargetState.WAITING: NextStep.WAIT,
     TargetState.BUILDING: NextStep.FOLLOW,
     TargetState.FAILED: NextStep.HUMAN,
+    TargetState.REFUSED: NextStep.HUMAN,
     TargetState.INCOMPATIBLE: NextStep.HUMAN,
     TargetState.MISSING: NextStep.BUILD,
     TargetState.STALE: NextStep.BUILD,

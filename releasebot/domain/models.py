@@ -132,6 +132,10 @@ class TargetState(enum.StrEnum):
     INCOMPATIBLE = "incompatible"
     """NVIDIA's driver does not compile for the release's kernel (the recipe says so): never
     retried; list the pair in ``nvidia.incompatible`` or wait for a driver that builds."""
+    REFUSED = "refused"
+    """Published, but a GPU node that rebooted into it could not prove it (the driver pod
+    crash-looped, the validator never turned Ready...): no other node's reboot gate opens
+    for it until a person rebuilds it (``/releasebot rebuild TAG``)."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,10 @@ class TargetRecord:
     budget_start: int = 0
     """Attempts made before the current retry budget began: a person's build or retry
     starts a full budget (``lifecycle.failed_streak`` counts from here or the last publish)."""
+    proven_at: datetime | None = None
+    """When a GPU node first proved this image after rebooting into it (the after-reboot
+    proof); cleared when the tag is published again (a rebuild must be proven again)."""
+    proven_node: str | None = None
 
     @property
     def tag(self) -> str:

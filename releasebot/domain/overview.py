@@ -62,6 +62,7 @@ STATE_WORDS: Mapping[TargetState, str] = {
     TargetState.STALE: "stale: rebuilding",
     TargetState.FAILED: "failed",
     TargetState.INCOMPATIBLE: "incompatible: does not compile",
+    TargetState.REFUSED: "refused: a GPU node could not prove it",
 }
 """Each state in words, so a cell never says it by colour alone."""
 

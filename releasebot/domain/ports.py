@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from releasebot.domain.attestation import (
     Attestation,
@@ -451,6 +451,7 @@ class FleetSource(Protocol):
         """Release connections; the adapter is not used afterwards."""
 
 
+@runtime_checkable
 class PodSource(Protocol):
     """Reads the GPU Operator's pods on one node, and a container's last log lines
     (read-only: ``list`` on ``pods``, ``get`` on ``pods/log``, in the operator's namespace).
@@ -473,6 +474,7 @@ class PodSource(Protocol):
         """Release connections; the adapter is not used afterwards."""
 
 
+@runtime_checkable
 class NodeAnnotator(Protocol):
     """Writes the reboot gate's two annotations on Nodes: the one write releasebot makes to
     a Node, and only with ``fleet.gate`` on (``domain.gate`` decides what to write).

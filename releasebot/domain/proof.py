@@ -99,7 +99,8 @@ class OperatorPod:
 
     def driver_container(self) -> ContainerFacts | None:
         named = [c for c in self.containers if c.name == DRIVER_CONTAINER]
-        return (named or list(self.containers) or [None])[0]
+        found = named or list(self.containers)
+        return found[0] if found else None
 
 
 def parse_pod(raw: object) -> OperatorPod | None:

@@ -72,6 +72,8 @@ _HEADLINES = {
     EventKind.FLEET_UNREADABLE: ":warning: Cannot list",
     EventKind.FLEET_READABLE: ":white_check_mark: Listing works again for",
     EventKind.TAG_DELETED: ":wastebasket: Deleted",
+    EventKind.IMAGE_PROVEN: ":white_check_mark: Proven on a GPU node:",
+    EventKind.IMAGE_REFUSED: ":octagonal_sign: Refused on a GPU node:",
 }
 
 
@@ -88,7 +90,7 @@ def render_message(events_for_key: Sequence[Event], repository: str) -> Rendered
         raise ValueError("render_message needs at least one event")
     first, last = events_for_key[0], events_for_key[-1]
     state = _fold(events_for_key)
-    if last.kind in (*_FEED_KINDS, *_FLEET_KINDS, EventKind.TAG_DELETED):
+    if last.kind in (*_FEED_KINDS, *_FLEET_KINDS, EventKind.TAG_DELETED, EventKind.IMAGE_REFUSED):
         return _feed_message(last, state, first.created_at)
     return _build_message(last, state, first.created_at, repository)
 
@@ -160,6 +162,10 @@ def _status_lines(event: Event, state: Mapping[str, object], repository: str) ->
         return [f"*{tried} failed.* Last: {reason}"]
     if kind is EventKind.BUILD_INCOMPATIBLE:
         return _incompatible_lines(event.subject, state)
+    if kind is EventKind.IMAGE_PROVEN:
+        node, when = _text(state, "proven_node") or "?", _time(state, "proven_at")
+        proven = f"*Proven on* `{_escape(node)}` {_when(when) if when else ''}".rstrip()
+        return [*_published_lines(event.subject, state, repository), proven]
     return _feed_lines(event, state)
 
 
@@ -266,6 +272,11 @@ def _summary(event: Event, state: Mapping[str, object], repository: str) -> str:
         text = f"Feed {subject} failing" + (f": {_cut(error, REASON_MAX_CHARS)}" if error else "")
     elif kind is EventKind.FEED_RECOVERED:
         text = f"Feed {subject} recovered"
+    elif kind is EventKind.IMAGE_REFUSED:
+        node = _text(state, "node") or "?"
+        text = f"Refused on node {node}: {subject}: {reason}"
+    elif kind is EventKind.IMAGE_PROVEN:
+        text = f"Proven on node {_text(state, 'proven_node') or '?'}: {subject}"
     elif kind is EventKind.TAG_DELETED:
         repo = _text(state, "repository") or repository
         text = f"Deleted {repo}:{subject}" if repo else f"Deleted {subject}"
@@ -294,6 +305,8 @@ def _feed_lines(event: Event, state: Mapping[str, object]) -> list[str]:
         return _fleet_lines(event, state)
     if event.kind is EventKind.TAG_DELETED:
         return _deletion_lines(state)
+    if event.kind is EventKind.IMAGE_REFUSED:
+        return _refusal_lines(state)
     since = _time(state, "failing_since")
     since_text = _when(since) if since else "a while"
     if event.kind is EventKind.FEED_RECOVERED:
@@ -310,6 +323,31 @@ def _feed_lines(event: Event, state: Mapping[str, object]) -> list[str]:
         "releasebot keeps the last good data and keeps polling; builds already planned go on. "
         "Check the feed URL and `/releasebot status`."
     )
+    return lines
+
+
+def _refusal_lines(state: Mapping[str, object]) -> list[str]:
+    """A node that could not prove its image: where the rollout stands, what to do."""
+    node, tag = _text(state, "node") or "?", _text(state, "tag")
+    error = _cut(_text(state, "error") or "no reason recorded", REASON_MAX_CHARS)
+    lines = [f"*Node:* `{_escape(node)}`", f"*Reason:* {_escape(error)}"]
+    if tag:
+        lines.insert(1, f"*Image:* `{_escape(tag)}`")
+    if _text(state, "image_refused") == "yes" and tag:
+        lines.append(
+            "The image is *refused*: no other node's reboot gate opens for it. FLUO holds "
+            f"`{_escape(node)}` cordoned and reboots no other node. Roll the node back or fix "
+            f"it, then `/releasebot release {_escape(node)}`; or `/releasebot rebuild "
+            f"{_escape(tag)}` (a rebuilt image is proven again)."
+        )
+    else:
+        lines.append(
+            f"FLUO holds `{_escape(node)}` cordoned and reboots no other node. Look at the "
+            f"node, then `/releasebot release {_escape(node)}`."
+        )
+    log = _text(state, "log_tail")
+    if log:
+        lines.append("*Last log lines of the driver pod*\n" + _log_block(log, LOG_LINES_MESSAGE))
     return lines
 
 

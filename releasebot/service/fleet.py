@@ -32,8 +32,10 @@ from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, Targ
 from releasebot.domain.operator import OperatorView
 from releasebot.domain.policy import Policy
 from releasebot.domain.ports import FleetSource, NodeAnnotator, StateStore
+from releasebot.domain.proof import ProofState
 from releasebot.domain.versions import FlatcarVersion
 from releasebot.service.fleet_alerts import FleetAlerts
+from releasebot.service.proof import ProofOutcome, ProofService
 
 log = logging.getLogger("releasebot.fleet")
 
@@ -60,6 +62,8 @@ class FleetOutcome:
     applied: list[GateDecision] = field(default_factory=list)
     """The moves written to the Nodes."""
     errors: list[str] = field(default_factory=list)
+    proof: ProofOutcome | None = None
+    """The after-reboot proof's step, when ``fleet.proof`` is on."""
 
 
 class FleetService:
@@ -75,7 +79,11 @@ class FleetService:
         annotator: NodeAnnotator | None = None,
         alerts: bool = False,
         dry_run: bool = False,
+        prover: ProofService | None = None,
+        requires_proof: bool = False,
     ) -> None:
+        self._prover = prover
+        self._requires_proof = requires_proof and prover is not None
         self._source = source
         self._store = store
         self._clock = clock
@@ -146,12 +154,27 @@ class FleetService:
         self, plan: FleetPlan, snapshot: FleetSnapshot, records: Mapping[str, TargetRecord]
     ) -> FleetOutcome:
         """Coverage from the targets as they stand, its alerts, and the reboot gate."""
-        outcome = FleetOutcome(fleet_coverage(plan, records))
+        proof = None
+        if self._prover is not None and snapshot.nodes is not None:
+            proof = self._prover.step(plan, snapshot.nodes, records)
+            records = {**records, **proof.changed}
+        outcome = FleetOutcome(fleet_coverage(plan, records), proof=proof)
         if self._alerts is not None:
             self._alerts.exposures(outcome.coverage.exposures)
         if self._annotator is not None and snapshot.nodes is not None:
+            proving = {}
+            if proof is not None:
+                proving = {
+                    record.tag: record.node
+                    for record in proof.records
+                    if record.state is ProofState.PROVING and record.tag is not None
+                }
             outcome.gates = decide_gates(
-                snapshot.nodes, outcome.coverage, operator_known=snapshot.operator is not None
+                snapshot.nodes,
+                outcome.coverage,
+                operator_known=snapshot.operator is not None,
+                requires_proof=self._requires_proof,
+                proving=proving,
             )
             if not self._dry_run:
                 self._apply(self._annotator, outcome)

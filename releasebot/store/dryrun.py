@@ -28,6 +28,7 @@ from releasebot.domain.models import (
     Validators,
 )
 from releasebot.domain.ports import StateStore
+from releasebot.domain.proof import ProofRecord
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.memory import MemoryStateStore
 
@@ -186,3 +187,16 @@ class DryRunStore:
 
     def deletions(self) -> list[DeletionRecord]:
         return self._inner.deletions()
+
+    def proofs(self) -> list[ProofRecord]:
+        return self._inner.proofs()
+
+    def save_proofs(
+        self,
+        *,
+        proofs: Sequence[ProofRecord] = (),
+        removed: Sequence[str] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        pass

@@ -31,6 +31,7 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
+from releasebot.domain.proof import ProofRecord
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch
@@ -88,6 +89,7 @@ class MemoryStateStore:
         self._refs: dict[str, MessageRef] = {}
         self._flags: dict[str, str] = {}
         self._fleet = FleetHistory()
+        self._proofs: dict[str, ProofRecord] = {}
         self._deletions: list[DeletionRecord] = []
 
     def feed_state(self, feed: str) -> FeedState | None:
@@ -234,6 +236,8 @@ class MemoryStateStore:
                     last_error=None if record.last_error is None else fit_error(record.last_error),
                     published_at=_utc_or_none(record.published_at),
                     updated_at=_utc(record.updated_at),
+                    proven_at=_utc_or_none(record.proven_at),
+                    proven_node=record.proven_node,
                 )
             for build in builds:
                 self._builds[(build.tag, build.arch, build.attempt)] = replace(
@@ -345,6 +349,37 @@ class MemoryStateStore:
     def deletions(self) -> list[DeletionRecord]:
         with self._lock:
             return list(self._deletions)
+
+    def proofs(self) -> list[ProofRecord]:
+        with self._lock:
+            return [self._proofs[name] for name in sorted(self._proofs)]
+
+    def save_proofs(
+        self,
+        *,
+        proofs: Sequence[ProofRecord] = (),
+        removed: Sequence[str] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        kept = [
+            replace(
+                record,
+                updated_at=_utc(record.updated_at),
+                armed_at=_utc_or_none(record.armed_at),
+                started_at=_utc_or_none(record.started_at),
+                healthy_since=_utc_or_none(record.healthy_since),
+                reason=None if record.reason is None else fit_error(record.reason),
+                log_tail=fit_log(record.log_tail),
+            )
+            for record in proofs
+        ]
+        with self._lock:
+            for name in removed:
+                self._proofs.pop(name, None)
+            for record in kept:
+                self._proofs[record.node] = record
+        self.save(targets=targets, events=events)
 
     def _row(self, event_id: int) -> _Row | None:
         """The outbox row with ``event_id`` (ids are positions plus one, never reused)."""

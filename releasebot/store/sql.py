@@ -39,10 +39,12 @@ from releasebot.domain.models import (
     Validators,
     reasons_text,
 )
+from releasebot.domain.proof import ProofRecord
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.store import fleet, outbox, retention
+from releasebot.store import proofs as proof_rows
 from releasebot.store.decode import row_mapper
 from releasebot.store.engine import transaction
 from releasebot.store.limits import fit_error, fit_log, kept_validators
@@ -299,6 +301,25 @@ class SqlStateStore:
         with self._transaction() as conn:
             return retention.deletions(conn)
 
+    def proofs(self) -> list[ProofRecord]:
+        with self._transaction() as conn:
+            return proof_rows.proofs(conn)
+
+    def save_proofs(
+        self,
+        *,
+        proofs: Sequence[ProofRecord] = (),
+        removed: Sequence[str] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        if not proofs and not removed and not targets and not events:
+            return
+        with self._transaction(write=True) as conn:
+            proof_rows.save_proofs(conn, proofs, removed)
+            _update(conn, _targets_table, ("tag",), [_target_status(t) for t in targets])
+            outbox.insert_events(conn, events if self._keep_events else ())
+
     def _transaction(self, *, write: bool = False) -> AbstractContextManager[Connection]:
         """One transaction; a ``write`` one waits for every other writer first (see the
         module docstring): on PostgreSQL the advisory lock is its first statement."""
@@ -499,6 +520,8 @@ def _target_values(record: TargetRecord) -> Values:
         "last_error": record.last_error,
         "published_at": record.published_at,
         "budget_start": record.budget_start,
+        "proven_at": record.proven_at,
+        "proven_node": record.proven_node,
     }
 
 
@@ -526,6 +549,8 @@ def _target_record(row: Row[Any]) -> TargetRecord:
         last_error=row.last_error,
         published_at=row.published_at,
         budget_start=row.budget_start,
+        proven_at=row.proven_at,
+        proven_node=row.proven_node,
     )
 
 
@@ -544,6 +569,8 @@ def _target_status(record: TargetRecord) -> Values:
         "published_at": record.published_at,
         "updated_at": record.updated_at,
         "budget_start": record.budget_start,
+        "proven_at": record.proven_at,
+        "proven_node": record.proven_node,
     }
 
 

@@ -214,6 +214,9 @@ targets = Table(
     Column("published_at", UtcDateTime),
     # Attempts made before the current retry budget began (a person's build or retry).
     Column("budget_start", Integer, nullable=False, server_default="0"),
+    # The after-reboot proof: when and on which node the image was first proven.
+    Column("proven_at", UtcDateTime),
+    Column("proven_node", Text),
 )
 
 builds = Table(
@@ -232,6 +235,26 @@ builds = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime),
 )
+
+proofs = Table(
+    "proofs",
+    metadata,
+    Column("node", String(253), primary_key=True),
+    Column("state", Text, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("version", String(VERSION_LENGTH)),
+    Column("tag", String(TAG_LENGTH)),
+    Column("arch", String(16)),
+    Column("gpus_before", Integer),
+    Column("boot_id", Text),
+    Column("armed_at", UtcDateTime),
+    Column("started_at", UtcDateTime),
+    Column("healthy_since", UtcDateTime),
+    Column("reason", Text),
+    Column("pod", Text),
+    Column("log_tail", Text),
+)
+"""The after-reboot proof: one row per node FLUO reboots (``domain/proof.py``)."""
 
 outbox = Table(
     "outbox",

@@ -22,9 +22,17 @@ from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.domain.attestation import Verification
 from releasebot.domain.errors import ConfigError, StoreError
-from releasebot.domain.ports import FleetSource, JobLauncher, NodeAnnotator, Registry, StateStore
+from releasebot.domain.ports import (
+    FleetSource,
+    JobLauncher,
+    NodeAnnotator,
+    PodSource,
+    Registry,
+    StateStore,
+)
 from releasebot.service.fleet import FleetService
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
+from releasebot.service.proof import ProofService
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService
 from releasebot.sources.artifacts import HttpArtifactSource
 from releasebot.sources.fetch import HttpFeedFetcher, make_http_client
@@ -170,11 +178,13 @@ def fleet_service(
         yield None
         return
     annotator: NodeAnnotator | None = None
+    prover: ProofService | None = None
     with ExitStack() as stack:
         if source is None:
             from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
             from releasebot.fleet.gate import KubernetesNodeAnnotator
             from releasebot.fleet.kubernetes import KubernetesFleetSource
+            from releasebot.fleet.pods import KubernetesPodSource
 
             kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
             client = make_kube_client(kubeconfig)
@@ -185,8 +195,32 @@ def fleet_service(
                 page_size=fleet.page_size,
                 gate_annotation=fleet.gate_annotation,
             )
+            writer = KubernetesNodeAnnotator(
+                client,
+                annotation=fleet.gate_annotation,
+                proof_annotation=fleet.proof_annotation,
+            )
             if fleet.gate and gate:
-                annotator = KubernetesNodeAnnotator(client, annotation=fleet.gate_annotation)
+                annotator = writer
+            if fleet.proof:
+                pods = KubernetesPodSource(client, namespace=fleet.operator_namespace)
+                prover = ProofService(
+                    pods=pods,
+                    annotator=writer if gate else None,
+                    store=store,
+                    clock=utc_now,
+                    rules=fleet.proof_rules,
+                    dry_run=dry_run,
+                )
+        elif fleet.proof and isinstance(source, PodSource):
+            prover = ProofService(
+                pods=source,
+                annotator=source if gate and isinstance(source, NodeAnnotator) else None,
+                store=store,
+                clock=utc_now,
+                rules=fleet.proof_rules,
+                dry_run=dry_run,
+            )
         yield FleetService(
             source=source,
             store=store,
@@ -195,6 +229,8 @@ def fleet_service(
             annotator=annotator,
             alerts=settings.slack.enabled,
             dry_run=dry_run,
+            prover=prover,
+            requires_proof=fleet.gate_requires_proof,
         )
 
 

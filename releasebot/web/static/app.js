@@ -6,7 +6,7 @@
 const REFRESH_MS = 15000;
 const SYMBOL = {
   published: "✓", verified: "✓", building: "⟳", retrying: "↻", waiting: "…",
-  unknown: "?", stale: "↺", failed: "✗", incompatible: "⊘", missing: "○", "unknown-version": "✗",
+  unknown: "?", stale: "↺", failed: "✗", incompatible: "⊘", refused: "⛔", missing: "○", "unknown-version": "✗",
   "foreign-repository": "↗",
 };
 
