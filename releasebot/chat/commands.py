@@ -31,7 +31,12 @@ _TAG_SEPARATOR = "-flatcar"
 _EXAMPLES = {
     Verb.BUILD: "e.g. build 580.95.05 4593.2.4 amd64",
     Verb.RETRY: "e.g. retry 580.95.05-flatcar4593.2.4",
+    Verb.REBUILD: "e.g. rebuild 580.95.05-flatcar4593.2.4",
+    Verb.RELEASE: "e.g. release gpu-node-7",
 }
+_NODE_NAME = re.compile(
+    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*"
+)
 
 
 def parse_command(text: str) -> Command:
@@ -55,8 +60,10 @@ def parse_command(text: str) -> Command:
     arguments = words[1:]
     if verb is Verb.BUILD:
         return _build(arguments)
-    if verb is Verb.RETRY:
-        return _retry(arguments)
+    if verb in (Verb.RETRY, Verb.REBUILD):
+        return _retry(arguments, verb)
+    if verb is Verb.RELEASE:
+        return _release(arguments)
     if arguments:
         raise CommandError(f"{verb.value} takes no arguments. Usage: {USAGE[verb]}")
     return Command(verb)
@@ -80,9 +87,18 @@ def _build(arguments: list[str]) -> Command:
     return Command(Verb.BUILD, driver=driver, flatcar=flatcar, arch=arch)
 
 
-def _retry(arguments: list[str]) -> Command:
+def _release(arguments: list[str]) -> Command:
     if len(arguments) != 1:
-        raise _usage(Verb.RETRY, "needs exactly one image tag")
+        raise _usage(Verb.RELEASE, "needs exactly one node name")
+    [node] = arguments
+    if len(node) > 253 or _NODE_NAME.fullmatch(node) is None:
+        raise _usage(Verb.RELEASE, f"{_shown(node)} is not a node name")
+    return Command(Verb.RELEASE, node=node)
+
+
+def _retry(arguments: list[str], verb: Verb = Verb.RETRY) -> Command:
+    if len(arguments) != 1:
+        raise _usage(verb, "needs exactly one image tag")
     [tag] = arguments
     driver, separator, flatcar = tag.partition(_TAG_SEPARATOR)
     if not (
@@ -91,8 +107,8 @@ def _retry(arguments: list[str]) -> Command:
         and DriverVersion.is_valid(driver)
         and FlatcarVersion.is_valid(flatcar)
     ):
-        raise _usage(Verb.RETRY, f"{_shown(tag)} is not a tag like <driver>-flatcar<version>")
-    return Command(Verb.RETRY, tag=tag)
+        raise _usage(verb, f"{_shown(tag)} is not a tag like <driver>-flatcar<version>")
+    return Command(verb, tag=tag)
 
 
 def _usage(verb: Verb, problem: str) -> CommandError:

@@ -19,6 +19,8 @@ class Verb(enum.StrEnum):
     MISSING = "missing"
     BUILD = "build"
     RETRY = "retry"
+    REBUILD = "rebuild"
+    RELEASE = "release"
     PAUSE = "pause"
     RESUME = "resume"
     HELP = "help"
@@ -26,12 +28,19 @@ class Verb(enum.StrEnum):
     @property
     def mutates(self) -> bool:
         """True for commands that change something: only allowed users may run them."""
-        return self in (Verb.BUILD, Verb.RETRY, Verb.PAUSE, Verb.RESUME)
+        return self in (
+            Verb.BUILD,
+            Verb.RETRY,
+            Verb.REBUILD,
+            Verb.RELEASE,
+            Verb.PAUSE,
+            Verb.RESUME,
+        )
 
     @property
     def slow(self) -> bool:
         """True for commands that may take longer than Slack's 3 s: answered later."""
-        return self in (Verb.PLAN, Verb.MISSING, Verb.BUILD, Verb.RETRY)
+        return self in (Verb.PLAN, Verb.MISSING, Verb.BUILD, Verb.RETRY, Verb.REBUILD)
 
 
 USAGE: dict[Verb, str] = {
@@ -40,6 +49,8 @@ USAGE: dict[Verb, str] = {
     Verb.MISSING: "missing: every target that is not published yet",
     Verb.BUILD: "build <driver> <flatcar> [amd64|arm64]: build one image now",
     Verb.RETRY: "retry <tag>: start the next attempt of a failed target now",
+    Verb.REBUILD: "rebuild <tag>: build a published or refused image again (proven again after)",
+    Verb.RELEASE: "release <node>: let FLUO go on after a node that could not prove its image",
     Verb.PAUSE: "pause: stop launching new builds",
     Verb.RESUME: "resume: launch builds again",
     Verb.HELP: "help: this list",
@@ -58,8 +69,9 @@ class Command:
     flatcar: str | None = None
     arch: Arch | None = None
     tag: str | None = None
+    node: str | None = None
 
     def __str__(self) -> str:
         """The canonical text (validated characters only: safe for logs and messages)."""
-        words = [self.verb.value, self.driver, self.flatcar, self.arch, self.tag]
+        words = [self.verb.value, self.driver, self.flatcar, self.arch, self.tag, self.node]
         return " ".join(str(word) for word in words if word)

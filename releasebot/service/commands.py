@@ -26,7 +26,8 @@ from releasebot.domain.decisions import Action
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
 from releasebot.domain.lifecycle import NextStep, is_outstanding, next_step
 from releasebot.domain.models import TargetState
-from releasebot.domain.ports import StateStore
+from releasebot.domain.ports import NodeAnnotator, StateStore
+from releasebot.domain.proof import ProofState, release
 from releasebot.domain.versions import Arch
 from releasebot.edge.text import one_line
 from releasebot.service.reconcile import PAUSED_FLAG, CycleReport, ReconcileService
@@ -51,7 +52,9 @@ class CommandService:
         store: StateStore,
         reconciler: ReconcileService,
         clock: Callable[[], datetime],
+        annotator: NodeAnnotator | None = None,
     ) -> None:
+        self._annotator = annotator
         self._store = store
         self._reconciler = reconciler
         self._clock = clock
@@ -67,6 +70,8 @@ class CommandService:
             Verb.MISSING: self._missing,
             Verb.BUILD: self._build,
             Verb.RETRY: self._retry,
+            Verb.REBUILD: self._rebuild,
+            Verb.RELEASE: self._release,
             Verb.PAUSE: self._pause,
             Verb.RESUME: self._resume,
             Verb.HELP: self._help,
@@ -203,6 +208,46 @@ class CommandService:
         if record.state is TargetState.BUILDING:
             return message(f"`{record.tag}` is building right now; nothing to retry.")
         return self._launch(lambda: self._reconciler.retry(record), user)
+
+    def _rebuild(self, command: Command, user: str) -> Payload:
+        assert command.tag is not None
+        record = self._store.target(command.tag)
+        if record is None:
+            return message(
+                f"I don't know `{command.tag}`: no plan or build ever named it. "
+                "`missing` lists the targets."
+            )
+        if record.state is TargetState.BUILDING:
+            return message(f"`{record.tag}` is building right now.")
+        target = record.target
+        driver, flatcar = target.driver_version.text, target.flatcar_version.text
+        return self._launch(
+            lambda: self._reconciler.build_by_hand(driver, flatcar, arches=None, force=True),
+            user,
+        )
+
+    def _release(self, command: Command, user: str) -> Payload:
+        """A person lets FLUO go on after a node that could not prove its image (they rolled
+        it back, or accept it): the proof annotation is set; an image refused stays refused."""
+        assert command.node is not None
+        if self._annotator is None:
+            return message("The after-reboot proof is off (`fleet.proof`): nothing to release.")
+        node = command.node
+        records = {record.node: record for record in self._store.proofs()}
+        record = records.get(node)
+        if record is None or record.state not in (ProofState.REFUSED, ProofState.PROVING):
+            shown = "no proof" if record is None else f"its proof is {record.state.value}"
+            return message(f"`{node}` waits for no proof ({shown}): nothing to release.")
+        if not self._annotator.set_proof(node):
+            return message(f"`{node}` is not in the cluster any more.")
+        released = release(record, node, _who(user), self._clock())
+        self._store.save_proofs(proofs=[released])
+        log.info("chat: %s released node %s (%s)", user or "chat", node, record.reason)
+        tag = f" (`{record.tag}` stays refused)" if record.state is ProofState.REFUSED else ""
+        return message(
+            f"{_who(user)} released `{node}`: FLUO goes on with the next node{tag}.",
+            in_channel=True,
+        )
 
     def _launch(self, start: Callable[[], CycleReport], user: str) -> Payload:
         with self._launching:

@@ -35,6 +35,7 @@ from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.lifecycle import is_outstanding
 from releasebot.domain.models import TargetState
 from releasebot.domain.ports import StateStore
+from releasebot.domain.proof import ProofRecord, count_states
 from releasebot.service.report import CycleReport
 
 log = logging.getLogger("releasebot.metrics")
@@ -126,6 +127,18 @@ class ServiceMetrics:
             ["reason"],
             registry=r,
         )
+        self.proof_nodes = Gauge(
+            "releasebot_proof_nodes",
+            "Nodes by the state of their after-reboot proof (armed: FLUO waits to reboot "
+            "them; proving: back from the reboot; refused: the rollout halts there).",
+            ["state"],
+            registry=r,
+        )
+        self.images_proven = Gauge(
+            "releasebot_images_proven",
+            "Required published images a GPU node proved after rebooting into them.",
+            registry=r,
+        )
         for state in TargetState:
             self.targets.labels(state.value)
         for outcome in ("completed", "failed", "busy"):
@@ -157,6 +170,8 @@ class ServiceMetrics:
             self.feed_polls.labels(outcome.feed, outcome.status.value).inc()
         if report.fleet is not None:
             self.observe_coverage(report.fleet.coverage)
+            if report.fleet.proof is not None:
+                self.observe_proofs(report.fleet.proof.records)
         try:
             self._observe_builds(report.decisions, store.builds)
             self.observe_store(store)
@@ -169,10 +184,15 @@ class ServiceMetrics:
         self.fleet_missing.labels("fleet").set(coverage.missing_images(pending=False))
         self.fleet_missing.labels("pending-reboot").set(coverage.missing_images(pending=True))
 
+    def observe_proofs(self, records: Sequence[ProofRecord]) -> None:
+        for state, count in count_states(records).items():
+            self.proof_nodes.labels(state.value).set(count)
+
     def forget_fleet(self) -> None:
         """Drop the fleet's gauges: a process that stopped leading no longer judges it."""
         self.fleet_nodes.clear()
         self.fleet_missing.clear()
+        self.proof_nodes.clear()
 
     def observe_store(self, store: StateStore) -> None:
         """Targets by state, the unpublished count, feeds' last success, the backlog."""
@@ -181,6 +201,13 @@ class ServiceMetrics:
         for state in TargetState:
             self.targets.labels(state.value).set(states.get(state, 0))
         self.unpublished.set(sum(1 for record in targets if is_outstanding(record)))
+        self.images_proven.set(
+            sum(
+                1
+                for record in targets
+                if record.state is TargetState.PUBLISHED and record.proven_at is not None
+            )
+        )
         for feed in store.feed_states():
             if feed.last_success_at is not None:
                 self.feed_last_success.labels(feed.name).set(feed.last_success_at.timestamp())

@@ -161,6 +161,27 @@ def channel_feed(settings: Settings) -> Callable[[str], FeedSpec] | None:
 
 
 @contextmanager
+def proof_annotator(settings: Settings) -> Iterator[NodeAnnotator | None]:
+    """What ``/releasebot release NODE`` writes with: the proof annotation on Nodes, when
+    ``fleet.proof`` is on (else ``None``: there is nothing to release)."""
+    fleet = settings.fleet
+    if not (fleet.enabled and fleet.proof):
+        yield None
+        return
+    from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
+    from releasebot.fleet.gate import KubernetesNodeAnnotator
+
+    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    client = make_kube_client(kubeconfig)
+    try:
+        yield KubernetesNodeAnnotator(
+            client, annotation=fleet.gate_annotation, proof_annotation=fleet.proof_annotation
+        )
+    finally:
+        client.close()
+
+
+@contextmanager
 def fleet_service(
     settings: Settings,
     store: StateStore,

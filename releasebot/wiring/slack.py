@@ -32,7 +32,7 @@ from releasebot.service.notifications import (
     discard_undeliverable,
 )
 from releasebot.store.sql import SqlStateStore
-from releasebot.wiring.core import reconcile_service, utc_now
+from releasebot.wiring.core import proof_annotator, reconcile_service, utc_now
 from releasebot.wiring.guard import SharedGuard
 from releasebot.wiring.hooks import RunHooks
 
@@ -214,7 +214,10 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
         reconciler = stack.enter_context(
             reconcile_service(settings, lambda _outcome: None, engine=engine)
         )
-        commands = CommandService(store=store, reconciler=reconciler, clock=utc_now)
+        annotator = stack.enter_context(proof_annotator(settings))
+        commands = CommandService(
+            store=store, reconciler=reconciler, clock=utc_now, annotator=annotator
+        )
         guarded = GuardedCommands(commands, guard)
         handler = SlashCommandHandler(
             guarded,

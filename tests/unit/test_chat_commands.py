@@ -34,6 +34,15 @@ from releasebot.domain.versions import Arch
             "retry 580.178.04-flatcar4593.2.5",
             Command(Verb.RETRY, tag="580.178.04-flatcar4593.2.5"),
         ),
+        (
+            "rebuild 580.178.04-flatcar4593.2.5",
+            Command(Verb.REBUILD, tag="580.178.04-flatcar4593.2.5"),
+        ),
+        ("release gpu-node-7", Command(Verb.RELEASE, node="gpu-node-7")),
+        (
+            "release ip-10-0-1-7.ec2.internal",
+            Command(Verb.RELEASE, node="ip-10-0-1-7.ec2.internal"),
+        ),
     ],
 )
 def test_valid_commands(text: str, expected: Command) -> None:
@@ -52,6 +61,8 @@ def test_what_changes_and_what_is_slow() -> None:
     assert {verb for verb in Verb if verb.mutates} == {
         Verb.BUILD,
         Verb.RETRY,
+        Verb.REBUILD,
+        Verb.RELEASE,
         Verb.PAUSE,
         Verb.RESUME,
     }
@@ -60,6 +71,7 @@ def test_what_changes_and_what_is_slow() -> None:
         Verb.MISSING,
         Verb.BUILD,
         Verb.RETRY,
+        Verb.REBUILD,
     }
 
 
@@ -76,6 +88,10 @@ def test_help_lists_every_subcommand() -> None:
         ("status now", "status takes no arguments"),
         ("pause 10", "pause takes no arguments"),
         ("build", "build: needs a driver version"),
+        ("release", "release: needs exactly one node name"),
+        ("release Gpu_0", "release: 'Gpu_0' is not a node name"),
+        ("release a b", "release: needs exactly one node name"),
+        ("rebuild gpu-0", "rebuild: 'gpu-0' is not a tag"),
         ("build 580.95.05", "build: needs a driver version"),
         ("build 580.95.05 4593.2.4 amd64 extra", "build: needs a driver version"),
         ("build 580 4593.2.4", "'580' is not a driver version"),
@@ -105,7 +121,7 @@ def test_invalid_commands_say_what_is_wrong(text: str, message: str) -> None:
 
 CHARSET_MESSAGE = (
     "Commands may only hold letters, digits, '.', '-', '_' and spaces. "
-    "Try: status, plan, missing, build, retry, pause, resume, help (help explains each)."
+    "Try: status, plan, missing, build, retry, rebuild, release, pause, resume, help (help explains each)."
 )
 
 

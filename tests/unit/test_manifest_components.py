@@ -24,6 +24,7 @@ import yaml
 
 from releasebot.config import load_settings
 from releasebot.domain.coverage import Verdict
+from releasebot.domain.proof import ProofState
 from releasebot.service.metrics import ServiceMetrics
 from tests.unit.test_manifests import (
     CONFIG,
@@ -119,12 +120,14 @@ def test_the_prometheus_rule_watches_what_releasebot_exports(tmp_path: Path) -> 
     assert set(alerts) == {
         "ReleasebotFleetNodeWithoutImage",
         "ReleasebotFleetPendingRebootWithoutImage",
+        "ReleasebotDriverRefusedOnNode",
     }
     assert alerts["ReleasebotFleetNodeWithoutImage"]["for"] == "10m"
     exported = {metric.name for metric in ServiceMetrics().registry.collect()}
     values = {
         "verdict": {verdict.value for verdict in Verdict},
         "reason": {"fleet", "pending-reboot"},
+        "state": {state.value for state in ProofState},
     }
     for name, alert in alerts.items():
         expr = alert["expr"]
