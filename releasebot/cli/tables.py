@@ -80,6 +80,8 @@ def target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
         "attempts": record.attempts,
         "last_error": record.last_error,
         "first_planned_at": record.first_planned_at.isoformat(),
+        "proven_at": None if record.proven_at is None else record.proven_at.isoformat(),
+        "proven_node": record.proven_node,
     }
 
 

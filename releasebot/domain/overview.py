@@ -467,6 +467,8 @@ def target_detail(
         "updated_at": _time(record.updated_at),
         "released_at": None if release is None else _time(release.released_at),
         "published_at": _time(record.published_at),
+        "proven_at": _time(record.proven_at),
+        "proven_node": text(record.proven_node, 253),
         "digest": digest,
         "pull": pull,
         "slack": slack_link(ref),

@@ -97,6 +97,8 @@ _DETAIL = _object(
         "updated_at": _TIME,
         "released_at": _TIME,
         "published_at": _TIME,
+        "proven_at": {**_TIME, "description": "when a GPU node first proved the image"},
+        "proven_node": _TEXT,
         "digest": _TEXT,
         "pull": {"type": "string", "description": "repository@digest, else repository:tag"},
         "slack": {"type": ["string", "null"], "format": "uri"},

@@ -207,6 +207,7 @@ async function drawDetail() {
     ["Signed", detail.signed ? "yes, key " + detail.key_fingerprint : "no"],
     ["Released", when(detail.released_at)],
     ["Published", when(detail.published_at)],
+    ["Proven on a GPU", detail.proven_at ? "on " + detail.proven_node + ", " + when(detail.proven_at) : "not yet"],
     ["Attempts", String(detail.attempts) + (detail.next_attempt_at ? ", next " + when(detail.next_attempt_at) : "")],
   ];
   if (detail.last_error) facts.push(["Last error", detail.last_error]);
