@@ -90,7 +90,9 @@ def _cmd_fleet(args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], Non
     if coverage is None:
         error("the fleet could not be listed (see above)")
         return 1
-    print_coverage(coverage, args.format, sys.stdout)
+    proof = None if report.fleet is None else report.fleet.proof
+    proofs = {} if proof is None else {record.node: record for record in proof.records}
+    print_coverage(coverage, args.format, sys.stdout, proofs)
     return EXIT_OK
 
 

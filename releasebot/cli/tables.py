@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from releasebot.domain.coverage import Coverage
     from releasebot.domain.models import TargetRecord
+    from releasebot.domain.proof import ProofRecord
 
 
 def print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> None:
@@ -85,12 +86,23 @@ def target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-def print_coverage(coverage: Coverage, fmt: str, out: TextIO) -> None:
-    """A coverage as a table (one line per GPU node, then the ignored ones) or JSON."""
+def print_coverage(
+    coverage: Coverage,
+    fmt: str,
+    out: TextIO,
+    proofs: Mapping[str, ProofRecord] | None = None,
+) -> None:
+    """A coverage as a table (one line per GPU node, then the ignored ones) or JSON; with
+    ``proofs``, each node's after-reboot proof too."""
     from releasebot.domain.coverage import coverage_json
 
+    proofs = proofs or {}
     if fmt == "json":
-        json.dump(coverage_json(coverage), out, indent=2)
+        shown = coverage_json(coverage)
+        for node in shown["nodes"]:  # type: ignore[attr-defined]
+            record = proofs.get(node["name"])
+            node["proof"] = None if record is None else _proof_json(record)
+        json.dump(shown, out, indent=2)
         out.write("\n")
         return
     if not coverage.nodes and not coverage.ignored:
@@ -117,7 +129,7 @@ def print_coverage(coverage: Coverage, fmt: str, out: TextIO) -> None:
             "-" if node.pending_version is None else node.pending_version.text,
             "-" if node.pending_verdict is None else node.pending_verdict.value,
             node.pending_reference or "-",
-            _note(node.before_reboot, node.note),
+            _note(node.before_reboot, node.note, proofs.get(node.name)),
         )
         for node in coverage.nodes
     ]
@@ -127,9 +139,28 @@ def print_coverage(coverage: Coverage, fmt: str, out: TextIO) -> None:
         out.write(f"ignored GPU node {node.name}: {node.reason}\n")
 
 
-def _note(before_reboot: bool, note: str | None) -> str:
+def _note(before_reboot: bool, note: str | None, proof: ProofRecord | None = None) -> str:
     parts = (["FLUO waits to reboot it"] if before_reboot else []) + ([note] if note else [])
+    if proof is not None and proof.state != "armed":
+        parts.append(f"proof {proof.state.value}" + (f": {proof.reason}" if proof.reason else ""))
     return "; ".join(parts)
+
+
+def _proof_json(record: ProofRecord) -> dict[str, Any]:
+    def at(moment: datetime | None) -> str | None:
+        return None if moment is None else moment.isoformat()
+
+    return {
+        "state": record.state.value,
+        "image": record.tag,
+        "flatcar_version": None if record.version is None else record.version.text,
+        "reason": record.reason,
+        "gpus_before": record.gpus_before,
+        "started_at": at(record.started_at),
+        "healthy_since": at(record.healthy_since),
+        "pod": record.pod,
+        "log_tail": record.log_tail,
+    }
 
 
 def write_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
