@@ -363,12 +363,6 @@ def _judge(
         )
     runs_ours = container.digest is not None and container.digest in expected.digests
     runs_tag = container.image is not None and container.image.endswith(f":{tag}")
-    if container.digest is None:
-        why = (
-            f"driver pod {pod_name} reports image ID {quoted(container.image_id, limit=90)}, "
-            "which names no registry digest: cannot tell which image runs"
-        )
-        return _late(record, why, rules, now, tag=tag, image=False)
     failure = _failure(node, driver, container)
     if failure is not None:
         return _refuse(
@@ -384,6 +378,12 @@ def _judge(
             ),
             now,
         )
+    if container.digest is None:
+        why = (
+            f"driver pod {pod_name} reports image ID {quoted(container.image_id, limit=90)}, "
+            "which names no registry digest: cannot tell which image runs"
+        )
+        return _late(record, why, rules, now, tag=tag, image=False)
     if not runs_ours:
         shown = container.digest[:19]
         why = f"driver pod {pod_name} runs {shown}…, not the verified {tag}"
