@@ -181,6 +181,15 @@ def _check_cross_field(settings: Settings) -> None:
         raise ConfigError("registry.username", "is needed when registry.password is set")
     if settings.build.retry_cap < settings.build.retry_base:
         raise ConfigError("build.retry_cap_seconds", "must not be less than retry_base_seconds")
+    fleet = settings.fleet
+    if fleet.gate_requires_proof and not (fleet.gate and fleet.proof):
+        raise ConfigError(
+            "fleet.gate_requires_proof", "needs fleet.gate and fleet.proof both set to true"
+        )
+    if fleet.proof and fleet.proof_annotation == fleet.gate_annotation:
+        raise ConfigError(
+            "fleet.proof_annotation", "must differ from fleet.gate_annotation (FLUO waits on each)"
+        )
     if settings.run.jitter * 2 > settings.run.interval:
         raise ConfigError("run.jitter_seconds", "must be at most half of run.interval_seconds")
     settings.kaniko_options()  # the options' rules between fields, against their keys
