@@ -153,6 +153,9 @@ class IgnoredNode:
     its one OS tag from this node."""
     arch: str | None = None
     kernel: str | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+    """The node's well-formed labels: ``operator-values`` keeps a non-Flatcar GPU node's
+    driver with a pool selecting its NFD labels, and matches the operator's selectors."""
 
     @property
     def is_gpu(self) -> bool:
@@ -182,7 +185,8 @@ def parse_node(raw: object, *, gate_annotation: str = DEFAULT_GATE_ANNOTATION) -
     os_tag = f"{os_id}{version_id}" if os_id and version_id else None
 
     def ignored(reason: str) -> IgnoredNode:
-        return IgnoredNode(name, reason, gpu, os_tag, arch_text, kernel)
+        labels = MappingProxyType(_valid_labels(raw_labels))
+        return IgnoredNode(name, reason, gpu, os_tag, arch_text, kernel, labels)
 
     image_is_flatcar = os_image is not None and _FLATCAR_IMAGE.match(os_image) is not None
     if os_id is not None and os_id.lower() != "flatcar":
