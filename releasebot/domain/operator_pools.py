@@ -36,7 +36,7 @@ objects and YAML (``operator_values.py``), reading the cluster or the store (wir
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from releasebot.domain.errors import ConfigError
@@ -95,12 +95,8 @@ class KeptPool:
     source: DriverSource
     """The GPU Operator object that gives them their driver today."""
     nodes: tuple[str, ...]
-
-    @property
-    def name(self) -> str:
-        """``releasebot-keep-ubuntu22-04``: a DNS label, as object and DaemonSet names need."""
-        words = _NOT_DNS.sub("-", f"{self.os_id}{self.version_id}".lower()).strip("-")
-        return (KEEP_PREFIX + words)[:63].rstrip("-")
+    name: str
+    """``releasebot-keep-ubuntu22-04``: a DNS label, as object and DaemonSet names need."""
 
     @property
     def node_selector(self) -> dict[str, str]:
@@ -159,7 +155,7 @@ def choose_drivers(
     warnings: list[str] = []
     if len(running) > 1:
         shown = "; ".join(
-            f"{driver} on {_some(names)}"
+            f"{driver} on {some_names(names)}"
             for driver, names in sorted(running.items(), key=lambda item: item[0])
         )
         warnings.append(
@@ -180,11 +176,11 @@ def keep_pools(
         key=lambda node: node.name,
     )
     warnings: list[str] = []
-    unlabelled = [node.name for node in others if not _os_labels(node)]
+    unlabelled = unlabelled_others(nodes)
     if unlabelled:
         warnings.append(
             f"GPU node(s) releasebot builds nothing for lack NFD os_release labels "
-            f"({_some(unlabelled)}): no NVIDIADriver can select them, so with "
+            f"({some_names(unlabelled)}): no NVIDIADriver can select them, so with "
             "deployDefaultCR: false they get no driver; label them (NFD) and run this again"
         )
     groups: dict[tuple[str, str], list[tuple[IgnoredNode, DriverSource | None, str]]] = {}
@@ -194,13 +190,14 @@ def keep_pools(
             source, why = _source_of(node, view, mode)
             groups.setdefault(labels, []).append((node, source, why))
     pools: list[KeptPool] = []
+    taken: set[str] = set()
     for (os_id, version_id), members in sorted(groups.items()):
         names = [node.name for node, _, _ in members]
         sources = {source for _, source, _ in members if source is not None}
         if not sources:
             why = members[0][2]
             warnings.append(
-                f"GPU node(s) on {os_id}{version_id} ({_some(names)}) get no driver from the "
+                f"GPU node(s) on {os_id}{version_id} ({some_names(names)}) get no driver from the "
                 f"GPU Operator today ({why}): no NVIDIADriver is written for them"
             )
             continue
@@ -208,11 +205,68 @@ def keep_pools(
         if len(sources) > 1:
             shown = ", ".join(sorted(source.label for source in sources))
             warnings.append(
-                f"GPU nodes on {os_id}{version_id} ({_some(names)}) get their driver from "
+                f"GPU nodes on {os_id}{version_id} ({some_names(names)}) get their driver from "
                 f"{len(sources)} objects ({shown}): their pool keeps {chosen.label}'s"
             )
-        pools.append(KeptPool(os_id, version_id, chosen, tuple(names)))
+        name = _pool_name(f"{os_id}{version_id}", taken)
+        taken.add(name)
+        pools.append(KeptPool(os_id, version_id, chosen, tuple(names), name))
     return tuple(pools), tuple(warnings)
+
+
+def unlabelled_others(nodes: Sequence[ParsedNode]) -> list[str]:
+    """The GPU nodes releasebot builds nothing for that lack NFD's os_release labels: no
+    NVIDIADriver can select them, and a ClusterPolicy tags their image with another's OS."""
+    return sorted(
+        node.name
+        for node in nodes
+        if isinstance(node, IgnoredNode) and node.is_gpu and _os_labels(node) is None
+    )
+
+
+def superseded(
+    nodes: Sequence[ParsedNode], view: OperatorView | None, proposed: Collection[str]
+) -> str | None:
+    """A warning naming the cluster's NVIDIADrivers not in ``proposed`` that select a GPU
+    node: beside the proposed pools they select the same nodes, which the operator rejects."""
+    if view is None or not view.nvidia_drivers:
+        return None
+    gpu = [node for node in nodes if node.is_gpu]
+    clashing = sorted(
+        driver.name
+        for driver in view.nvidia_drivers
+        if driver.driver_type == "gpu"
+        and driver.name not in proposed
+        and any(_selects(driver, node) for node in gpu)
+    )
+    if not clashing:
+        return None
+    return (
+        f"NVIDIADriver(s) {some_names(clashing)} select GPU nodes these pools select too: "
+        "delete them right after applying these; the operator reconciles no NVIDIADriver "
+        "while two select one node"
+    )
+
+
+def some_names(names: Collection[str]) -> str:
+    """A few of ``names`` for a message, sorted, the rest counted."""
+    unique = sorted(set(names))
+    more = len(unique) - NAMES_SHOWN
+    return ", ".join(unique[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _selects(driver: DriverSource, node: ParsedNode) -> bool:
+    labels: Mapping[str, str] = {**node.labels, GPU_PRESENT: "true"}
+    return all(labels.get(key) == value for key, value in driver.node_selector)
+
+
+def _pool_name(words: str, taken: Collection[str]) -> str:
+    base = (KEEP_PREFIX + _NOT_DNS.sub("-", words.lower()).strip("-"))[:60].rstrip("-")
+    name, number = base, 1
+    while name in taken:  # two label values that differ only in case or punctuation
+        number += 1
+        name = f"{base}-{number}"
+    return name
 
 
 def _os_labels(node: IgnoredNode) -> tuple[str, str] | None:
@@ -244,9 +298,3 @@ def _source_of(
         names = ", ".join(sorted(d.name for d in chosen))
         return None, f"selected by several NVIDIADrivers ({names})" if chosen else "none selects it"
     return chosen[0], ""
-
-
-def _some(names: Sequence[str]) -> str:
-    unique = sorted(set(names))
-    more = len(unique) - NAMES_SHOWN
-    return ", ".join(unique[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 from releasebot.domain.errors import ConfigError
 from releasebot.domain.fleet import NFD_OS_ID, NFD_VERSION_ID, FleetNode, IgnoredNode, ParsedNode
 from releasebot.domain.operator import MIN_MULTI_POOL_OPERATOR, DriverMode, OperatorView
-from releasebot.domain.operator_pools import KeptPool, keep_pools
+from releasebot.domain.operator_pools import (
+    KeptPool,
+    keep_pools,
+    some_names,
+    superseded,
+    unlabelled_others,
+)
 from releasebot.domain.versions import FlatcarVersion
 
 NVIDIA_DRIVER_API = "nvidia.com/v1alpha1"
@@ -108,7 +114,7 @@ def render_operator_values(
         said.append(
             f"Flatcar {version} is in no feed releasebot reads, so no image can be built for "
             f"it: no NVIDIADriver is written for it (GPU nodes running or rebooting into it: "
-            f"{', '.join(sorted(set(users[version])))})"
+            f"{some_names(users[version])})"
         )
     foreign_tags = {
         node.os_tag
@@ -129,6 +135,13 @@ def render_operator_values(
         for version in versions
     }
     if not pooled:
+        unlabelled_other = unlabelled_others(nodes)
+        if unlabelled_other:
+            said.append(
+                f"GPU node(s) releasebot builds nothing for lack NFD os_release labels "
+                f"({some_names(unlabelled_other)}): a ClusterPolicy tags their image with "
+                "another node's OS; label them (NFD) and run this again"
+            )
         missing = _unpublished(tags, users, published, said)
         return OperatorValues(
             {"driver": driver}, (), tuple(versions), tuple(said), missing, tuple(notes)
@@ -152,15 +165,19 @@ def render_operator_values(
     for pool in kept:
         if pool.os_id == "flatcar" and pool.version_id in {v.text for v in tags}:
             said.append(
-                f"GPU node(s) {', '.join(pool.nodes)} share the Flatcar pool of "
+                f"GPU node(s) {some_names(pool.nodes)} share the Flatcar pool of "
                 f"{pool.version_id} though releasebot builds nothing for them"
             )
             continue
         pools.append(_kept_driver(pool))
         notes.append(
             f"{pool.name} keeps {pool.source.label}'s driver {pool.source.path!s} for "
-            f"{', '.join(pool.nodes)} ({pool.os_id}{pool.version_id})"
+            f"{some_names(pool.nodes)} ({pool.os_id}{pool.version_id})"
         )
+    names = {nvidia_driver_name(version) for version in versions} | {p.name for p in kept}
+    clash = superseded(nodes, view, names)
+    if clash is not None:
+        said.append(clash)
     missing = _unpublished(tags, users, published, said)
     return OperatorValues(
         {"driver": driver}, tuple(pools), tuple(versions), tuple(said), missing, tuple(notes)
@@ -192,7 +209,7 @@ def _unpublished(
             missing.append(tag)
             said.append(
                 f"{tag} is not published and verified yet: GPU nodes running or rebooting "
-                f"into Flatcar {version} ({', '.join(sorted(set(users[version])))}) would get "
+                f"into Flatcar {version} ({some_names(users[version])}) would get "
                 "no driver until it is (releasebot fleet shows its state; --strict refuses)"
             )
     return tuple(missing)

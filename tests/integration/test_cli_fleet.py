@@ -324,7 +324,9 @@ def test_operator_values_strands_no_node(
     assert "Flatcar 4593.2.4 (gpu-1)" in unpublished
     [bare] = [w for w in warnings if "gpu-bare-6" in w]
     assert "lack NFD os_release labels (gpu-bare-6)" in bare
-    for warning in (unlisted, unpublished, bare):
+    [clash] = [w for w in warnings if w.startswith("NVIDIADriver(s) ")]
+    assert clash.startswith("NVIDIADriver(s) fc-4593.2.4, fc-4593.2.5, fc-4593.2.9, ubuntu select")
+    for warning in (unlisted, unpublished, bare, clash):
         assert f"# warning: {warning}" in comments
 
     code, out, err = run(

@@ -6,7 +6,9 @@ several (a pool nodes only reboot into takes what those nodes run), and only dri
 releases (a branch, a digest, a foreign repository do not count); else the newest planned;
 else a config error. ``keep_pools``: a non-Flatcar GPU node keeps the object that serves it
 today (ClusterPolicy, the NVIDIADriver selecting it, else the one without a selector), with
-a DNS-safe name built from hostile label values, and is named when nothing serves it.
+a DNS-safe name built from hostile label values (numbered when two collide), and is named
+when nothing serves it. ``superseded`` names the cluster's NVIDIADrivers that would select
+the same nodes as the proposed pools.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from releasebot.domain.operator import (
     parse_cluster_policy,
     parse_nvidia_driver,
 )
-from releasebot.domain.operator_pools import choose_drivers, keep_pools
+from releasebot.domain.operator_pools import choose_drivers, keep_pools, superseded
 from releasebot.domain.versions import DriverVersion, FlatcarVersion
 from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node
 
@@ -189,10 +191,44 @@ def test_hostile_labels_make_a_dns_name_and_an_exact_selector() -> None:
     labels = raw["metadata"]["labels"]
     labels[NFD_OS_ID], labels[NFD_VERSION_ID] = "Rocky_Linux", "9.4" + "-x" * 29
     (pool,), _ = keep_pools([parse_node(raw)], policy("580.95.05"), DriverMode.CLUSTER_POLICY)
-    assert pool.name == "releasebot-keep-rocky-linux9-4-x-x-x-x-x-x-x-x-x-x-x-x-x-x-x-x"
-    assert len(pool.name) <= 63
+    assert pool.name == "releasebot-keep-rocky-linux9-4-x-x-x-x-x-x-x-x-x-x-x-x-x-x-x"
+    assert len(pool.name) <= 60  # room for a number when two names collide
     assert pool.node_selector[NFD_VERSION_ID] == labels[NFD_VERSION_ID]
     labels[NFD_VERSION_ID] = "22.04\x1b[2J"  # not a label value: dropped, so no pool
     pools, (warning,) = keep_pools([parse_node(raw)], policy("1.2.3"), DriverMode.CLUSTER_POLICY)
     assert pools == ()
     assert "lack NFD os_release labels (gpu-odd-9)" in warning
+
+
+def test_names_that_collide_get_a_number() -> None:
+    nodes = []
+    for name, os_id in (("gpu-a", "ubuntu"), ("gpu-b", "Ubuntu"), ("gpu-c", "ubu_ntu")):
+        raw = ubuntu_gpu_node(name)
+        raw["metadata"]["labels"][NFD_OS_ID] = os_id
+        nodes.append(parse_node(raw))
+    pools, _ = keep_pools(nodes, policy("580.95.05"), DriverMode.CLUSTER_POLICY)
+    assert [(pool.name, pool.os_id) for pool in pools] == [
+        ("releasebot-keep-ubuntu22-04", "Ubuntu"),
+        ("releasebot-keep-ubu-ntu22-04", "ubu_ntu"),
+        ("releasebot-keep-ubuntu22-04-2", "ubuntu"),
+    ]
+
+
+def test_objects_the_pools_replace_are_named() -> None:
+    view = OperatorView(
+        (CRD_MODE,),
+        (
+            by_version("4593.2.5", "580.95.05"),
+            by_version("4081.3.9", "580.95.05"),  # selects no node: harmless
+            nvidia_driver("releasebot-flatcar-4593-2-4", "580.95.05", {NFD_VERSION_ID: "4593.2.4"}),
+            nvidia_driver("vgpu", "580.95.05", {}, driverType="vgpu"),  # not a gpu driver
+        ),
+    )
+    proposed = {"releasebot-flatcar-4593-2-4", "releasebot-flatcar-4593-2-5"}
+    assert superseded(FLEET, view, proposed) == (
+        "NVIDIADriver(s) fc-4593.2.5 select GPU nodes these pools select too: delete them "
+        "right after applying these; the operator reconciles no NVIDIADriver while two "
+        "select one node"
+    )
+    assert superseded(FLEET, OperatorView((CRD_MODE,), ()), proposed) is None
+    assert superseded(FLEET, None, proposed) is None
