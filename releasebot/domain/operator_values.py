@@ -1,21 +1,32 @@
 """``releasebot operator-values``: the GPU Operator configuration that pulls releasebot's images.
 
-``render_operator_values`` turns releasebot's repository, the driver to run and the parsed
-fleet into the Helm values of the gpu-operator chart (``driver.repository``,
-``driver.image``, ``driver.version``) and, when the GPU nodes run (or are about to reboot
-into) more than one Flatcar version, one NVIDIADriver per version pool with a
-``nodeSelector`` on NFD's ``system-os_release.ID``/``VERSION_ID`` labels, plus the chart
-values that hand the driver over to those objects (``driver.nvidiaDriverCRD.enabled: true``,
-``deployDefaultCR: false``, as gpu-operator's ``deployments/gpu-operator/values.yaml``
-names them). A ClusterPolicy cannot serve a mixed fleet: it tags every node's image with
-the OS of one node (see ``operator.py``), so meeting one is a warning that names the
-operator version whose NVIDIADriver selects images per pool correctly.
+``render_operator_values`` turns releasebot's repository, the driver of each pool
+(``operator_pools.choose_drivers``) and the parsed fleet into the Helm values of the
+gpu-operator chart (``driver.repository``, ``driver.image``, ``driver.version``, and
+``driver.usePrecompiled: false``, since releasebot builds ``<driver>-flatcar<version>``
+images, not precompiled ones) and, when the GPU nodes run (or are about to reboot into)
+more than one OS version, one NVIDIADriver per Flatcar version pool with a ``nodeSelector``
+on NFD's ``system-os_release.ID``/``VERSION_ID`` labels, plus the chart values that hand the
+driver over to those objects (``driver.nvidiaDriverCRD.enabled: true``, ``deployDefaultCR:
+false``, as gpu-operator's ``deployments/gpu-operator/values.yaml`` names them). GPU nodes
+on other OSes keep the driver they have through pools of their own
+(``operator_pools.keep_pools``, which says why not the chart's default NVIDIADriver). A
+ClusterPolicy cannot serve a mixed fleet: it tags every node's image with the OS of one
+node (see ``operator.py``), so meeting one is a warning that names the operator version
+whose NVIDIADriver selects images per pool correctly.
+
+It never proposes a node a pool it cannot use without saying so: a Flatcar version no feed
+lists gets no pool (no image can ever be built for it), and every tag the proposal makes
+nodes pull that is not published yet is named, with its nodes (the CLI's ``--strict``
+refuses instead). The chart's objects are checked against GPU Operator v26.7.0's CRDs and
+``values.yaml`` in the tests.
 
 ``values_yaml`` and ``nvidia_drivers_yaml`` write them as YAML for ``helm -f`` and
-``kubectl apply -f``. The writer is a small one of our own, on purpose: every string is
-double-quoted with JSON escapes (valid YAML), so a version like ``580.95`` or a value like
-``on`` can never turn into a float or a boolean. Deliberately not here: reading the fleet
-or the operator's objects, and the command line (both are wiring).
+``kubectl apply -f``, warnings and notes as comment lines. The writer is a small one of our
+own, on purpose: every string is double-quoted with JSON escapes (valid YAML), so a version
+like ``580.95`` or a value like ``on`` can never turn into a float or a boolean.
+Deliberately not here: reading the fleet, the operator's objects or the store, and the
+command line (all wiring).
 """
 
 from __future__ import annotations

@@ -287,6 +287,16 @@ def test_a_non_flatcar_gpu_node_without_a_known_driver_or_labels_is_named() -> N
     assert "they get no driver" in unlabelled
 
 
+def test_a_gpu_node_without_labels_is_named_when_no_pool_is_written() -> None:
+    result = render({"gpu-a10g-0", "gpu-broken-7"})
+    assert result.nvidia_drivers == ()
+    assert result.warnings == (
+        "GPU node(s) releasebot builds nothing for lack NFD os_release labels (gpu-broken-7): "
+        "a ClusterPolicy tags their image with another node's OS; label them (NFD) and run "
+        "this again",
+    )
+
+
 def test_no_gpu_node_is_warned_about() -> None:
     result = render({"cpu-5"})
     assert result.warnings == (
