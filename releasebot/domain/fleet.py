@@ -174,6 +174,9 @@ class IgnoredNode:
     its one OS tag from this node."""
     arch: str | None = None
     kernel: str | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
+    """The node's well-formed labels: ``operator-values`` keeps a non-Flatcar GPU node's
+    driver with a pool selecting its NFD labels, and matches the operator's selectors."""
 
     @property
     def is_gpu(self) -> bool:
@@ -209,7 +212,8 @@ def parse_node(
     os_tag = f"{os_id}{version_id}" if os_id and version_id else None
 
     def ignored(reason: str) -> IgnoredNode:
-        return IgnoredNode(name, reason, gpu, os_tag, arch_text, kernel)
+        labels = MappingProxyType(_valid_labels(raw_labels))
+        return IgnoredNode(name, reason, gpu, os_tag, arch_text, kernel, labels)
 
     image_is_flatcar = os_image is not None and _FLATCAR_IMAGE.match(os_image) is not None
     if os_id is not None and os_id.lower() != "flatcar":

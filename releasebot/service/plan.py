@@ -110,6 +110,9 @@ class PlanResult:
     """The fleet as listed for this plan (``None`` without a ``FleetService``)."""
     fleet: FleetPlan | None = None
     """What the fleet needs (``None`` without one, or when its Nodes could not be listed)."""
+    listed: frozenset[FlatcarVersion] | None = None
+    """Every Flatcar version any feed releasebot read ever listed (``None`` without a
+    fleet): no image can be built for any other (``operator-values`` pools none)."""
 
     @property
     def failed(self) -> list[FeedOutcome]:
@@ -267,8 +270,10 @@ class PlanService:
         planned = plan_targets(self._policy, flatcar, drivers)
         warnings += self._warnings(flatcar, drivers)
         fleet = None
+        listed = None
         if self._fleet is not None and snapshot is not None:
             releases = self._all_releases(extra)
+            listed = frozenset(releases)
             fleet = self._fleet.plan(
                 self._policy, planned, snapshot, releases=releases, drivers=drivers
             )
@@ -278,7 +283,7 @@ class PlanService:
         planned, skipped = skip_incompatible(planned, self._policy.incompatible)
         warnings += skipped
         targets = self._store.sync_targets(planned, self._clock())
-        return PlanResult(targets, outcomes, warnings, snapshot, fleet)
+        return PlanResult(targets, outcomes, warnings, snapshot, fleet, listed)
 
     def _fleet_feeds(self, snapshot: FleetSnapshot | None, warnings: list[str]) -> list[FeedSpec]:
         """The feeds of channels GPU nodes follow that are not configured."""
