@@ -205,7 +205,6 @@ def fleet_service(
             from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
             from releasebot.fleet.gate import KubernetesNodeAnnotator
             from releasebot.fleet.kubernetes import KubernetesFleetSource
-            from releasebot.fleet.pods import KubernetesPodSource
 
             kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
             client = make_kube_client(kubeconfig)
@@ -224,6 +223,8 @@ def fleet_service(
             if fleet.gate and gate:
                 annotator = writer
             if fleet.proof:
+                from releasebot.fleet.pods import KubernetesPodSource
+
                 pods = KubernetesPodSource(client, namespace=fleet.operator_namespace)
                 prover = ProofService(
                     pods=pods,
