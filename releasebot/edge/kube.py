@@ -11,13 +11,18 @@ with every lightkube, httpx2 and msgspec failure translated into the domain's er
 the credentials were refused. A status the caller handles itself (404 on a read, 409 on a
 create, 410 on a continued list) comes back as ``Answered``.
 
+``get_raw`` is the one way to ask what lightkube's typed calls cannot ask for or read
+safely (a Pod's log with ``previous`` and ``limitBytes``; a list whose items are handed to
+a parser as raw JSON, page by page): the body, bounded, with errors raised as lightkube
+raises them, for ``kube_call`` to translate.
+
 Deliberately not here: what any request means (the adapters), and watching.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -26,6 +31,7 @@ import httpx2
 import msgspec
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
+from lightkube.core.generic_client import transform_exception
 
 from releasebot.domain.errors import (
     ClusterForbiddenError,
@@ -145,6 +151,61 @@ def check_answer(response: httpx2.Response) -> None:
             decode_json(body, KUBE_JSON_LIMITS)
         except JsonRefusedError as error:
             raise UnreadableAnswerError(response.status_code, error.problem) from error
+
+
+ERROR_BODY_MAX_BYTES = 64 * 1024
+"""The most of an error answer read by ``get_raw``: a ``Status`` is a few hundred bytes."""
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """A successful answer of ``get_raw``: its first bytes, and whether there were more."""
+
+    body: bytes
+    cut: bool
+    content_type: str
+
+
+def get_raw(client: Client, path: str, params: Mapping[str, str], *, max_bytes: int) -> RawAnswer:
+    """GET ``path`` (``api/v1/namespaces/gpu-operator/pods``) from the API server ``client``
+    talks to, with its credentials, reading at most ``max_bytes`` of a successful answer
+    (the rest is never read) and at most ``ERROR_BODY_MAX_BYTES`` of an error, which is
+    raised as lightkube raises it (``ApiError`` for a JSON ``Status``, else httpx2's
+    ``HTTPStatusError``; an error body that is not bounded JSON is ``UnreadableAnswerError``).
+    Call it inside ``kube_call``."""
+    http: httpx2.Client = client._client._client  # lightkube's own, with auth and TLS
+    request = http.build_request("GET", path, params=dict(params))
+    response = http.send(request, stream=True)
+    try:
+        limit = ERROR_BODY_MAX_BYTES if response.is_error else max_bytes
+        chunks: list[bytes] = []
+        size = 0
+        cut = False
+        for chunk in response.iter_bytes():
+            if size + len(chunk) > limit:
+                chunks.append(chunk[: limit - size])
+                cut = True
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        body = b"".join(chunks)
+    finally:
+        response.close()
+    content_type = response.headers.get("Content-Type", "")
+    if response.is_error:
+        if cut:
+            raise UnreadableAnswerError(response.status_code, f"body is over {limit} bytes")
+        response._content = body  # read: as httpx2 keeps a body it has read
+        if "json" in content_type.lower():
+            try:
+                decode_json(body, KUBE_JSON_LIMITS)
+            except JsonRefusedError as error:
+                raise UnreadableAnswerError(response.status_code, error.problem) from error
+        try:
+            response.raise_for_status()
+        except httpx2.HTTPStatusError as error:
+            raise transform_exception(error) from error
+    return RawAnswer(body, cut, content_type)
 
 
 @dataclass(frozen=True)

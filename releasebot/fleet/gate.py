@@ -1,4 +1,4 @@
-"""``KubernetesNodeAnnotator``: the reboot gate's annotations, written with a JSON merge patch.
+"""``KubernetesNodeAnnotator``: releasebot's annotations on Nodes, written with JSON merge patches.
 
 Opening sends ``{"metadata": {"resourceVersion": <as listed>, "annotations": {<gate>:
 "true", <version annotation>: <pending version>}}}``: the API server applies it only if
@@ -6,8 +6,11 @@ the Node has not changed since releasebot read it (else 409 ``Conflict``), so th
 never opened for a pending version that changed in between (FLUO's agent rewrites
 ``new-version`` when update_engine installs a newer release while the node waits).
 Closing sends both annotations as ``null`` (removed), unconditionally: removing is always
-safe. A Node that is gone (404) needs nothing. Calls and their errors go through
-``edge/kube.py``: a 403 names the ``patch`` permission on ``nodes`` to grant.
+safe. A Node that is gone (404) needs nothing. The after-reboot proof sends
+``{"metadata": {"annotations": {<proof annotation>: "true"}}}``, unconditionally: FLUO
+deleted the annotation when the node came back and only waits for it, and the proof is of
+the node as it runs now, whatever else changed on the object. Calls and their errors go
+through ``edge/kube.py``: a 403 names the ``patch`` permission on ``nodes`` to grant.
 
 Deliberately not here: deciding (``domain.gate``), reading Nodes (``kubernetes.py``).
 """
@@ -19,7 +22,11 @@ from typing import Any
 from lightkube import Client
 from lightkube.types import PatchType
 
-from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, GATE_VERSION_ANNOTATION
+from releasebot.domain.fleet import (
+    DEFAULT_GATE_ANNOTATION,
+    DEFAULT_PROOF_ANNOTATION,
+    GATE_VERSION_ANNOTATION,
+)
 from releasebot.edge.kube import Answered, Permission, kube_call
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 from releasebot.fleet.kubernetes import DEFAULT_POLICY, NODES
@@ -30,18 +37,21 @@ _PATCH_NODES = Permission("patch", "nodes")
 
 
 class KubernetesNodeAnnotator:
-    """Opens and closes the reboot gate on Nodes through ``client``."""
+    """Opens and closes the reboot gate, and sets the after-reboot proof, on Nodes through
+    ``client``."""
 
     def __init__(
         self,
         client: Client,
         *,
         annotation: str = DEFAULT_GATE_ANNOTATION,
+        proof_annotation: str = DEFAULT_PROOF_ANNOTATION,
         policy: RetryPolicy = DEFAULT_POLICY,
         sleep: Sleep = real_sleep,
     ) -> None:
         self._client = client
         self._annotation = annotation
+        self._proof_annotation = proof_annotation
         self._policy = policy
         self._sleep = sleep
 
@@ -63,6 +73,14 @@ class KubernetesNodeAnnotator:
             self._patch(f"close the reboot gate of node {node}", node, {"metadata": removal})
         except Answered:
             return  # gone: nothing to close
+
+    def set_proof(self, node: str) -> bool:
+        proven = {"annotations": {self._proof_annotation: "true"}}
+        try:
+            self._patch(f"set the driver proof of node {node}", node, {"metadata": proven})
+        except Answered:  # gone (a 409 cannot happen: no resourceVersion is sent)
+            return False
+        return True
 
     def close(self) -> None:
         self._client.close()

@@ -30,7 +30,12 @@ from lightkube.core.client import LabelValue
 from lightkube.generic_resource import create_global_resource
 
 from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
-from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, LIST_PAGE_SIZE, parse_node
+from releasebot.domain.fleet import (
+    DEFAULT_GATE_ANNOTATION,
+    DEFAULT_PROOF_ANNOTATION,
+    LIST_PAGE_SIZE,
+    parse_node,
+)
 from releasebot.domain.operator import (
     CrdAbsent,
     DriverSource,
@@ -92,6 +97,7 @@ class KubernetesFleetSource:
         page_size: int = DEFAULT_PAGE_SIZE,
         max_nodes: int = DEFAULT_MAX_NODES,
         gate_annotation: str = DEFAULT_GATE_ANNOTATION,
+        proof_annotation: str = DEFAULT_PROOF_ANNOTATION,
         policy: RetryPolicy = DEFAULT_POLICY,
         sleep: Sleep = real_sleep,
     ) -> None:
@@ -102,6 +108,7 @@ class KubernetesFleetSource:
         self._page_size = page_size
         self._max_nodes = max_nodes
         self._gate_annotation = gate_annotation
+        self._proof_annotation = proof_annotation
         self._policy = policy
         self._sleep = sleep
 
@@ -116,9 +123,10 @@ class KubernetesFleetSource:
                 f"kubernetes list nodes: the API server does not serve nodes "
                 f"({answer.failure.detail})"
             ) from answer
-        gate = self._gate_annotation
+        gate, proof = self._gate_annotation, self._proof_annotation
         return NodeListing(
-            tuple(parse_node(item, gate_annotation=gate) for item in items), restarts
+            tuple(parse_node(item, gate_annotation=gate, proof_annotation=proof) for item in items),
+            restarts,
         )
 
     def cluster_policies(self) -> tuple[DriverSource, ...] | CrdAbsent:

@@ -6,7 +6,12 @@ name order (etcd's key order), filtered by the same ``LabelSelector``, each pars
 ``parse_node``; a GPU Operator kind given as ``None`` is a CRD that is not installed.
 The objects are kept as the JSON-shaped dicts an API server would send. It is also a
 ``NodeAnnotator`` over those objects (``resourceVersion`` checked and bumped as an API
-server does), so a simulated fleet shows the reboot gate opening.
+server does), so a simulated fleet shows the reboot gate opening and the after-reboot
+proof being set; and a ``PodSource`` over the GPU Operator's Pods (``set_pods``) and their
+logs (``set_log``), selected by namespace and ``spec.nodeName`` in the API server's order,
+each parsed by ``proof.parse_pod``, logs cut and cleaned as ``KubernetesPodSource`` does
+(``tailLines`` first, then ``limitBytes``, then ``pods.shown_tail``). ``fail_pods`` and
+``fail_logs`` make those calls raise what a cluster could (forbidden, unavailable).
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from releasebot.domain.errors import ClusterRejectedError
 from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
+    DEFAULT_PROOF_ANNOTATION,
     GATE_VERSION_ANNOTATION,
     parse_node,
 )
@@ -28,7 +35,14 @@ from releasebot.domain.operator import (
     parse_nvidia_driver,
 )
 from releasebot.domain.ports import NodeListing
+from releasebot.domain.proof import LOG_TAIL_LINES, OperatorPod, parse_pod
 from releasebot.domain.selectors import LabelSelector
+from releasebot.fleet.pods import (
+    DEFAULT_MAX_LOG_BYTES,
+    DEFAULT_MAX_PODS,
+    DEFAULT_NAMESPACE,
+    shown_tail,
+)
 
 RawObject = Mapping[str, object]
 
@@ -44,10 +58,22 @@ class MemoryFleetSource:
         nvidia_drivers: Sequence[RawObject] | None = None,
         selector: LabelSelector | None = None,
         gate_annotation: str = DEFAULT_GATE_ANNOTATION,
+        proof_annotation: str = DEFAULT_PROOF_ANNOTATION,
+        pod_namespace: str = DEFAULT_NAMESPACE,
+        max_pods: int = DEFAULT_MAX_PODS,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
     ) -> None:
         self._lock = threading.Lock()
         self._selector = selector or LabelSelector()
         self._gate_annotation = gate_annotation
+        self._proof_annotation = proof_annotation
+        self._pod_namespace = pod_namespace
+        self._max_pods = max_pods
+        self._max_log_bytes = max_log_bytes
+        self._pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self._logs: dict[tuple[str, str, str, bool], bytes] = {}
+        self._pods_error: Exception | None = None
+        self._logs_error: Exception | None = None
         self._nodes: list[dict[str, Any]] = []
         self._revision = 1
         self._policies: list[RawObject] | None = None
@@ -85,8 +111,12 @@ class MemoryFleetSource:
         with self._lock:
             nodes = sorted(self._nodes, key=_name)
         selected = [node for node in nodes if self._selector.matches(_labels(node))]
-        gate = self._gate_annotation
-        return NodeListing(tuple(parse_node(node, gate_annotation=gate) for node in selected))
+        gate, proof = self._gate_annotation, self._proof_annotation
+        return NodeListing(
+            tuple(
+                parse_node(node, gate_annotation=gate, proof_annotation=proof) for node in selected
+            )
+        )
 
     def cluster_policies(self) -> tuple[DriverSource, ...] | CrdAbsent:
         with self._lock:
@@ -128,6 +158,88 @@ class MemoryFleetSource:
                 annotations.pop(GATE_VERSION_ANNOTATION, None)
             self._bump(metadata)
 
+    def set_proof(self, node: str) -> bool:
+        with self._lock:
+            found = self._node(node)
+            if found is None:
+                return False
+            metadata = found.setdefault("metadata", {})
+            metadata.setdefault("annotations", {})[self._proof_annotation] = "true"
+            self._bump(metadata)
+            return True
+
+    # -- the GPU Operator's pods ---------------------------------------------------------
+
+    def set_pods(self, node: str, raw_pods: Sequence[RawObject]) -> None:
+        """Replace the Pods scheduled on ``node`` (by ``spec.nodeName``) with ``raw_pods``,
+        each kept by its namespace and name (a Pod without a namespace is the operator's)."""
+        with self._lock:
+            for key in [k for k, pod in self._pods.items() if _node_name(pod) == node]:
+                del self._pods[key]
+            for raw in raw_pods:
+                pod = copy.deepcopy(dict(raw))
+                metadata = pod.setdefault("metadata", {})
+                namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+                key = (namespace if isinstance(namespace, str) else self._pod_namespace, _name(pod))
+                self._pods[key] = pod
+
+    def set_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        text: str | bytes,
+        *,
+        previous: bool = False,
+    ) -> None:
+        """The log of ``container`` (of its last terminated run with ``previous``)."""
+        data = text.encode() if isinstance(text, str) else text
+        with self._lock:
+            self._logs[(namespace, pod, container, previous)] = data
+
+    def fail_pods(self, error: Exception | None) -> None:
+        """``pods_on`` raises ``error`` until called with ``None``."""
+        with self._lock:
+            self._pods_error = error
+
+    def fail_logs(self, error: Exception | None) -> None:
+        """``log_tail`` raises ``error`` until called with ``None``."""
+        with self._lock:
+            self._logs_error = error
+
+    def pods_on(self, node: str) -> tuple[OperatorPod, ...]:
+        with self._lock:
+            if self._pods_error is not None:
+                raise self._pods_error
+            found = [
+                copy.deepcopy(pod)
+                for key, pod in sorted(self._pods.items())
+                if key[0] == self._pod_namespace and _node_name(pod) == node
+            ]
+        if len(found) > self._max_pods:
+            raise ClusterRejectedError(
+                f"kubernetes list pods in namespace {self._pod_namespace} on node {node}: "
+                f"more than {self._max_pods} pods, a runaway answer; the listing is refused"
+            )
+        parsed = (parse_pod(pod) for pod in found)
+        return tuple(pod for pod in parsed if pod is not None)
+
+    def log_tail(self, namespace: str, pod: str, container: str | None, *, previous: bool) -> str:
+        with self._lock:
+            if self._logs_error is not None:
+                raise self._logs_error
+            raw = self._pods.get((namespace, pod))
+            if raw is None:
+                return ""
+            if container is None:
+                names = _container_names(raw)
+                if len(names) != 1:
+                    return ""  # the API server asks which one
+                container = names[0]
+            data = self._logs.get((namespace, pod, container, previous), b"")
+        tail = b"".join(data.splitlines(keepends=True)[-LOG_TAIL_LINES:])
+        return shown_tail(tail[: self._max_log_bytes])
+
     def node(self, name: str) -> dict[str, Any] | None:
         """A copy of the Node object named ``name``, as it stands now."""
         with self._lock:
@@ -160,3 +272,19 @@ def _labels(obj: RawObject) -> dict[str, str]:
     if not isinstance(labels, Mapping):
         return {}
     return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _node_name(pod: RawObject) -> str | None:
+    spec = pod.get("spec")
+    name = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def _container_names(pod: RawObject) -> list[str]:
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    if not isinstance(containers, list):
+        return []
+    return [
+        c["name"] for c in containers if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+    ]

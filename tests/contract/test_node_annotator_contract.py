@@ -5,8 +5,11 @@ alike, and a ``FleetSource`` reading the same Nodes sees it.
 Covers: opening sets the gate annotation to ``"true"`` and the version annotation, on the
 condition that the Node is unchanged since it was read (a stale ``resourceVersion`` is
 refused and changes nothing); closing removes both and leaves every other annotation;
-a Node that is gone is neither an error nor created. The Kubernetes annotator alone: RBAC
-refusing ``patch`` names what to grant; the API server down is a temporary error.
+a Node that is gone is neither an error nor created. The after-reboot proof sets its
+annotation to ``"true"`` (the configured name on both), whatever changed on the Node since
+it was read, and leaves FLUO's and the gate's alone; a Node that is gone is ``False``. The
+Kubernetes annotator alone: RBAC refusing ``patch`` names what to grant, for the proof too;
+the API server down is a temporary error.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import pytest
 from releasebot.domain.errors import ClusterForbiddenError, ClusterUnavailableError
 from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
+    DEFAULT_PROOF_ANNOTATION,
+    FLUO_AFTER_REBOOT,
     FLUO_NEW_VERSION,
     GATE_VERSION_ANNOTATION,
     FleetNode,
@@ -97,6 +102,59 @@ def test_a_node_that_is_gone_is_neither_an_error_nor_created(cluster: Cluster) -
     assert [node.name for node in cluster.source.nodes().nodes] == ["gpu-0"]
 
 
+def test_the_proof_is_set_on_the_node_as_it_is_now(cluster: Cluster) -> None:
+    back = gpu_node("gpu-0", "4593.2.5", after_reboot=True, gate="true", gate_version="4593.2.5")
+    cluster.replace_node(back)
+    seen = cluster.node("gpu-0")
+    assert seen.proof is None
+    cluster.replace_node(back)  # another writer since it was read: the proof does not care
+    assert cluster.annotator.set_proof("gpu-0") is True
+    proven = cluster.node("gpu-0")
+    assert proven.proof == "true"
+    assert (proven.gate, proven.gate_version) == ("true", "4593.2.5")
+    assert proven.fluo.after_reboot is True
+    assert proven.resource_version != seen.resource_version
+    assert cluster.annotator.set_proof("gpu-0") is True  # again: the same answer
+    assert cluster.node("gpu-0").proof == "true"
+
+
+def test_the_proof_of_a_node_that_is_gone_is_false_and_creates_nothing(cluster: Cluster) -> None:
+    assert cluster.annotator.set_proof("gone") is False
+    assert [node.name for node in cluster.source.nodes().nodes] == ["gpu-0"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "kubernetes"])
+def test_the_proof_annotation_is_the_configured_one(kind: str) -> None:
+    name = "example.com/gpu-proven"
+    node = gpu_node("gpu-0", "4593.2.5", after_reboot=True)
+    if kind == "memory":
+        memory = MemoryFleetSource([node], proof_annotation=name)
+        assert memory.set_proof("gpu-0") is True
+        raw = memory.node("gpu-0")
+        assert raw is not None
+        proven = memory.nodes().nodes[0]
+    else:
+        with FakeKubeApi() as api:
+            api.fleet.add_nodes(node)
+            annotator = KubernetesNodeAnnotator(
+                api.client(), proof_annotation=name, sleep=lambda _: None
+            )
+            source = KubernetesFleetSource(api.client(), proof_annotation=name)
+            try:
+                assert annotator.set_proof("gpu-0") is True
+                proven = source.nodes().nodes[0]
+            finally:
+                annotator.close()
+                source.close()
+            raw = api.fleet.node("gpu-0")
+    annotations = raw["metadata"]["annotations"]
+    assert annotations[name] == "true"
+    assert DEFAULT_PROOF_ANNOTATION not in annotations
+    assert raw["metadata"]["labels"][FLUO_AFTER_REBOOT] == "true"
+    assert isinstance(proven, FleetNode)
+    assert proven.proof == "true"
+
+
 def test_rbac_refusing_patch_names_it(kube_api: FakeKubeApi) -> None:
     kube_api.fleet.add_nodes(gpu_node("gpu-0", "4593.2.4"))
     kube_api.fleet.forbid("patch", "nodes")
@@ -127,3 +185,17 @@ def test_an_api_server_down_is_temporary(kube_api: FakeKubeApi) -> None:
     finally:
         annotator.close()
     assert sleeps == [timedelta(seconds=1)]
+
+
+def test_rbac_refusing_the_proof_names_patch_on_nodes(kube_api: FakeKubeApi) -> None:
+    kube_api.fleet.add_nodes(gpu_node("gpu-0", "4593.2.5", after_reboot=True))
+    kube_api.fleet.forbid("patch", "nodes")
+    annotator = KubernetesNodeAnnotator(kube_api.client(), sleep=lambda _: None)
+    try:
+        with pytest.raises(ClusterForbiddenError, match="'patch' on 'nodes'"):
+            annotator.set_proof("gpu-0")
+    finally:
+        annotator.close()
+    assert DEFAULT_PROOF_ANNOTATION not in kube_api.fleet.node("gpu-0")["metadata"]["annotations"]
+    (patch,) = kube_api.requests_to("PATCH", "nodes")
+    assert patch.headers["content-type"] == "application/merge-patch+json"

@@ -12,9 +12,20 @@ real API server's behaviour, kmock 0.8 differs, and this module fixes it:
   ``Invalid``, ``BadRequest``, messages like ``jobs.batch "x" not found``) with
   ``Content-Type: application/json`` exactly: lightkube only raises ``ApiError`` for that
   exact header, and kmock's aiohttp responses add ``; charset=utf-8``.
-- List honours ``labelSelector`` (kmock returns everything) and has a real ``kind``.
-- ``pods/{name}/log`` serves the log a test set, honouring ``tailLines`` (kmock would
-  return the Pod object); a container still waiting answers 400 as the kubelet does.
+- List honours ``labelSelector`` (kmock returns everything) and has a real ``kind``; Pods
+  are listed in etcd's key order (namespace, then name) in any namespace, honour
+  ``fieldSelector`` (``spec.nodeName``, ``metadata.name``, ``metadata.namespace``,
+  ``status.phase`` with ``=``, ``==``, ``!=``; another field is 400 ``field label not
+  supported``) and ``limit``/``continue`` pages (an opaque token, ``remainingItemCount``;
+  a token that does not decode is 400).
+- ``pods/{name}/log`` serves the log a test set (text/plain, bytes as set: they need not be
+  UTF-8; kmock would return the Pod object) as the API server and the kubelet do:
+  ``container`` (required when the Pod has several; one that is not in the Pod is 400
+  ``container x is not valid for pod y``), ``previous`` (the last terminated run; none is
+  400 ``previous terminated container "x" in pod "y" not found``), ``tailLines`` then
+  ``limitBytes`` (the first bytes of the tail); a container still waiting answers 400
+  ``is waiting to start``, a crash-looping one serves its last run; an unknown Pod is 404.
+  ``add_pods`` places Pods shaped by ``tests/support/operatorpods.py`` in any namespace.
 - The server fills what a real one does on create: uid, resourceVersion,
   creationTimestamp, and for Jobs the selector and the Pod-template labels.
 - DELETE of a Job with ``propagationPolicy`` Background or Foreground removes its Pods
@@ -36,12 +47,15 @@ producing the statuses a real cluster shows (Job conditions including the 1.31+
 ``SuccessCriteriaMet``/``FailureTarget``, Pod phases, container states, termination
 messages with the ``FallbackToLogsOnError`` rule). Deliberately NOT emulated: validation
 and admission (``kubernetes-validate`` checks the manifests), controllers running on their
-own, TTLs, watch bookmarks, pagination of anything but Nodes.
+own, TTLs, watch bookmarks, pagination of anything but Nodes and Pods, ephemeral
+containers' logs, ``sinceSeconds``/``timestamps`` on logs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import re
 import threading
@@ -124,7 +138,7 @@ class FakeKubeApi(Started):
         self.server_errors: list[BaseException] = []
         """Unexpected exceptions inside the fake (bugs in it, not in the code under test)."""
         self._faults: list[Fault] = []
-        self._logs: dict[tuple[str, str], str] = {}
+        self._logs: dict[tuple[str, str, str | None, bool], bytes] = {}
         self._leases: dict[tuple[str, str], dict[str, Any]] = {}
         self.fleet = FakeFleet()
         """Nodes, the GPU Operator's objects and RBAC refusals (``tests/kubefleet.py``)."""
@@ -312,9 +326,45 @@ class FakeKubeApi(Started):
         """The Job controller creates the build Pod; the kubelet starts Kaniko in it."""
         return self._call(lambda emulator: self._start_pod(emulator, job_name))
 
-    def set_log(self, pod_name: str, text: str) -> None:
+    def add_pods(self, *pods: dict[str, Any]) -> None:
+        """Pods as the kubelet reports them (``tests/support/operatorpods.py``), each in its
+        ``metadata.namespace`` (the fake's own when absent); uid, resourceVersion and
+        creationTimestamp are filled as the API server fills them. One of the same name is
+        replaced (the DaemonSet controller made a new one)."""
+
+        def store(emulator: _Emulator) -> None:
+            for raw in pods:
+                pod = json.loads(json.dumps(raw))
+                metadata = pod.setdefault("metadata", {})
+                namespace = metadata.setdefault("namespace", self.namespace)
+                number = self._next()
+                metadata.setdefault("uid", _uid(number))
+                metadata["resourceVersion"] = str(number)
+                metadata.setdefault("creationTimestamp", _now())
+                name = metadata["name"]
+                if emulator.read_object(PODS, namespace, name) is not None:
+                    emulator.remove_object(PODS, namespace, name)
+                emulator.store_object(PODS, namespace, name, pod)
+
+        self._call(store)
+
+    def remove_pod(self, name: str, namespace: str | None = None) -> None:
+        self._call(lambda emulator: emulator.remove_object(PODS, namespace or self.namespace, name))
+
+    def set_log(
+        self,
+        pod_name: str,
+        text: str | bytes,
+        *,
+        namespace: str | None = None,
+        container: str | None = None,
+        previous: bool = False,
+    ) -> None:
+        """The log of a container (any container of the Pod when ``None``); with
+        ``previous``, the log of its last terminated run (``lastState.terminated``)."""
+        data = text.encode() if isinstance(text, str) else text
         with self._lock:
-            self._logs[(self.namespace, pod_name)] = text
+            self._logs[(namespace or self.namespace, pod_name, container, previous)] = data
 
     def image_pull_error(self, job_name: str, reason: str = "ImagePullBackOff") -> str:
         """The executor image cannot be pulled: the Pod waits forever, the Job stays active."""
@@ -553,9 +603,12 @@ class FakeKubeApi(Started):
                 return fault
         return None
 
-    def _log_of(self, namespace: str, pod: str) -> str:
+    def _log_of(self, namespace: str, pod: str, container: str, previous: bool) -> bytes:
         with self._lock:
-            return self._logs.get((namespace, pod), "")
+            found = self._logs.get((namespace, pod, container, previous))
+            if found is None:
+                found = self._logs.get((namespace, pod, None, previous), b"")
+            return found
 
 
 class _Emulator(kmock.KubernetesEmulator):
@@ -723,16 +776,36 @@ class _Emulator(kmock.KubernetesEmulator):
             selects = _selector(request.params.get("labelSelector", ""))
         except ValueError as error:
             return _status(400, "BadRequest", f"unable to parse requirement: {error}")
-        items = [
-            raw
-            for raw in self.live_objects(resource, request.namespace)
-            if selects(raw.get("metadata", {}).get("labels") or {})
-        ]
+        fields = _field_selector(request.params.get("fieldSelector", ""), resource)
+        if isinstance(fields, aiohttp.web.Response):
+            return fields
+        items = sorted(
+            (
+                raw
+                for raw in self.live_objects(resource, request.namespace)
+                if selects(raw.get("metadata", {}).get("labels") or {}) and fields(raw)
+            ),
+            key=_key_of,
+        )
+        metadata: dict[str, Any] = {"resourceVersion": str(self.fake._next())}
+        if resource == PODS:  # pages as the API server cuts them (Jobs are never paged)
+            token = request.params.get("continue")
+            if token:
+                start = _decode_key(token)
+                if start is None:
+                    return _status(400, "BadRequest", f"continue key is not valid: {token[:40]}")
+                items = [raw for raw in items if _key_of(raw) > start]
+            limit = request.params.get("limit", "")
+            size = int(limit) if limit.isdigit() else 0
+            if 0 < size < len(items):
+                metadata["continue"] = _encode_key(_key_of(items[size - 1]))
+                metadata["remainingItemCount"] = len(items) - size
+                items = items[:size]
         api_version = f"{resource.group}/{resource.version}" if resource.group else "v1"
         body = {
             "kind": f"{_KINDS[resource]}List",
             "apiVersion": api_version,
-            "metadata": {"resourceVersion": str(self.fake._next())},
+            "metadata": metadata,
             "items": items,
         }
         return aiohttp.web.Response(body=json.dumps(body).encode(), content_type="application/json")
@@ -792,31 +865,47 @@ class _Emulator(kmock.KubernetesEmulator):
         return _json(200, data)
 
     def _log(self, request: kmock.Request) -> aiohttp.web.Response:
-        assert request.name is not None
-        pod = self.read_object(PODS, request.namespace, request.name)
+        """A container's log, as the API server (which container) and the kubelet (which run
+        of it) decide (kubelet ``validateContainerLogStatus``); their refusals are 400."""
+        name = request.name
+        assert name is not None
+        pod = self.read_object(PODS, request.namespace, name)
         assert pod is not None
-        containers = [container["name"] for container in pod["spec"]["containers"]]
-        container = request.params.get("container") or containers[0]
-        if container not in containers:
-            return _status(
-                400,
-                "BadRequest",
-                f"container {container} is not valid for pod {request.name}",
-            )
-        for status in pod.get("status", {}).get("containerStatuses", []):
-            waiting = status.get("state", {}).get("waiting")
-            if status["name"] == container and waiting is not None:
+        spec = pod.get("spec", {})
+        names = [c["name"] for c in spec.get("initContainers", []) + spec.get("containers", [])]
+        container = request.params.get("container")
+        if not container:
+            if len(spec.get("containers", [])) != 1:
                 return _status(
                     400,
                     "BadRequest",
-                    f'container "{container}" in pod "{request.name}" is waiting to start: '
-                    f"{waiting.get('reason', 'ContainerCreating')}",
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(names)}]",
                 )
-        lines = self.fake._log_of(request.namespace or "", request.name).splitlines(keepends=True)
+            container = spec["containers"][0]["name"]
+        if container not in names:
+            return _status(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        if not spec.get("nodeName"):
+            return aiohttp.web.Response(body=b"", content_type="text/plain")  # not scheduled
+        status = pod.get("status", {})
+        statuses = status.get("containerStatuses", []) + status.get("initContainerStatuses", [])
+        found = next((s for s in statuses if s.get("name") == container), None)
+        where = f'container "{container}" in pod "{name}"'
+        if found is None:
+            return _status(400, "BadRequest", f"{where} is not available")
+        run = _run_of(found, request.params.get("previous") in ("true", "1"))
+        if isinstance(run, str):
+            return _status(400, "BadRequest", run.format(where=where))
+        log = self.fake._log_of(request.namespace or "", name, container, run)
+        lines = log.splitlines(keepends=True)
         tail = request.params.get("tailLines")
         if tail is not None:
             lines = lines[-int(tail) :] if int(tail) > 0 else []
-        return aiohttp.web.Response(body="".join(lines).encode(), content_type="text/plain")
+        body = b"".join(lines)
+        limit = request.params.get("limitBytes")
+        if limit is not None:
+            body = body[: int(limit)]
+        return aiohttp.web.Response(body=body, content_type="text/plain")
 
     # -- the store (call with the lock held, in the server's loop) ---------------------
 
@@ -901,6 +990,91 @@ def _requirement(match: re.Match[str]) -> Callable[[dict[str, str]], bool]:
             return lambda labels: labels.get(key) in values
         return lambda labels: labels.get(key) not in values
     return lambda labels: key in labels
+
+
+_POD_FIELDS = {
+    "spec.nodeName": ("spec", "nodeName"),
+    "metadata.name": ("metadata", "name"),
+    "metadata.namespace": ("metadata", "namespace"),
+    "status.phase": ("status", "phase"),
+}
+"""The Pod fields the fake selects on (the API server knows a few more)."""
+
+
+def _field_selector(
+    text: str, resource: Any
+) -> Callable[[dict[str, Any]], bool] | aiohttp.web.Response:
+    """A field selector as a predicate, or the API server's 400 for one it refuses."""
+    checks: list[Callable[[dict[str, Any]], bool]] = []
+    for requirement in filter(None, (part.strip() for part in text.split(","))):
+        match = re.fullmatch(r"([\w.]+)\s*(==|=|!=)\s*(.*)", requirement)
+        if match is None:
+            return _status(400, "BadRequest", f"invalid selector: '{text}'")
+        field, op, value = match.groups()
+        path = _POD_FIELDS.get(field) if resource == PODS else None
+        if path is None and field not in ("metadata.name", "metadata.namespace"):
+            return _status(400, "BadRequest", f"field label not supported: {field}")
+        path = path or tuple(field.split("."))
+
+        def check(raw: dict[str, Any], path: tuple[str, ...] = path, value: str = value) -> bool:
+            found: Any = raw
+            for key in path:
+                found = found.get(key) if isinstance(found, dict) else None
+            return (found if isinstance(found, str) else "") == value
+
+        checks.append(check if op != "!=" else (lambda raw, c=check: not c(raw)))
+    return lambda raw: all(check(raw) for check in checks)
+
+
+def _key_of(raw: dict[str, Any]) -> tuple[str, str]:
+    """An object's place in etcd's key order."""
+    metadata = raw.get("metadata", {})
+    return (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+
+def _encode_key(key: tuple[str, str]) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "start": "/".join(key)}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_key(token: str) -> tuple[str, str] | None:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (binascii.Error, ValueError):
+        return None
+    start = data.get("start") if isinstance(data, dict) else None
+    if not isinstance(start, str) or "/" not in start:
+        return None
+    namespace, name = start.split("/", 1)
+    return namespace, name
+
+
+def _run_of(status: dict[str, Any], previous: bool) -> bool | str:
+    """Which run of a container the kubelet reads the log of (``True``: its last terminated
+    one), or its refusal (``{where}`` to fill)."""
+    state = status.get("state") or {}
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    if previous:
+        if not last.get("containerID"):
+            return "previous terminated {where} not found"
+        return True
+    if "running" in state:
+        return False
+    if "terminated" in state:
+        if state["terminated"].get("containerID"):
+            return False
+        return True if last.get("containerID") else "{where} is terminated"
+    if last:
+        return True if last.get("containerID") else "{where} is terminated"
+    waiting = state.get("waiting")
+    if waiting is not None:
+        reason = waiting.get("reason", "ContainerCreating")
+        shown = {
+            "ErrImagePull": "image can't be pulled",
+            "ImagePullBackOff": "trying and failing to pull image",
+        }.get(reason, reason)
+        return "{where} is waiting to start: " + shown
+    return "{where} is waiting to start - no logs yet"
 
 
 def _status(

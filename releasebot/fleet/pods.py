@@ -1,0 +1,196 @@
+"""``KubernetesPodSource``: the GPU Operator's pods on one node, and a container's last lines.
+
+``pods_on(node)`` lists Pods in ONE namespace, the operator's (``gpu-operator`` unless
+told), selected by the API server with ``fieldSelector=spec.nodeName=<node>``, in pages
+(``limit``/``continue``). Each raw item goes to ``proof.parse_pod`` as the JSON the API
+server sent (read by the bounded reader, never by lightkube's decoders, which raise
+``TypeError`` on a ``null`` item), so one odd Pod is dropped or parsed as far as it goes,
+not a failed listing; Pods that are neither driver nor validator are left out. A node runs
+a few dozen Pods: more than ``max_pods`` in the namespace on one node, or more pages than
+those could fill, is a runaway answer and a ``ClusterRejectedError`` naming the bound.
+
+``log_tail`` reads ``pods/<name>/log`` with ``tailLines=proof.LOG_TAIL_LINES``,
+``limitBytes=max_log_bytes`` and ``previous`` (the last terminated run, for a crash loop),
+and never reads more than ``max_log_bytes`` of the answer whatever the server sends. The
+kubelet applies ``limitBytes`` to the START of the tail, so the bound is generous: forty
+lines of a driver container are a few KiB. The bytes are decoded as UTF-8 with
+replacement, terminal escape sequences and control characters other than newlines are
+removed (``untrusted.strip_controls``, line by line), credentials are masked
+(``edge.redact``), and the last ``proof.LOG_TAIL_CHARS`` characters are kept (``…`` first
+when cut). No such container, no previous run, a container still waiting or a Pod gone
+(400 or 404) is ``""``: there is no log to show, which is an answer.
+
+Calls go through ``edge/kube.py``: a 403 names what to grant (``list`` on ``pods``,
+``get`` on ``pods/log``, in the operator's namespace), connection failures, timeouts, 429
+and 5xx are retried by the ``RetryPolicy`` (``sleep`` injectable) and then
+``ClusterUnavailableError``, other refusals ``ClusterRejectedError``. No lightkube, httpx2
+or msgspec exception escapes.
+
+Deliberately not here: deciding anything from the pods (``domain.proof``), watching, and
+reading Pods anywhere but the operator's namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from lightkube import Client
+
+from releasebot.domain.errors import ClusterRejectedError
+from releasebot.domain.proof import LOG_TAIL_CHARS, LOG_TAIL_LINES, OperatorPod, parse_pod
+from releasebot.domain.untrusted import strip_controls
+from releasebot.edge.json import JsonRefusedError, decode_json
+from releasebot.edge.kube import (
+    KUBE_JSON_LIMITS,
+    Answered,
+    Permission,
+    UnreadableAnswerError,
+    get_raw,
+    kube_call,
+)
+from releasebot.edge.redact import redact
+from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
+from releasebot.fleet.kubernetes import DEFAULT_POLICY
+
+DEFAULT_NAMESPACE = "gpu-operator"
+"""Where the GPU Operator's Helm chart is installed by its documentation."""
+DEFAULT_PAGE_SIZE = 100
+"""Pods per list request: one page holds every Pod of a normal node."""
+DEFAULT_MAX_PODS = 500
+"""More Pods of one namespace on one node than this is a runaway answer: the kubelet runs
+at most 110 Pods per node by default (``maxPods``), 250 on the largest configurations."""
+DEFAULT_MAX_LOG_BYTES = 256 * 1024
+"""The most of a log read (sent as ``limitBytes``): forty lines of 6 KiB each."""
+_LIST_PODS = Permission("list", "pods")
+_GET_LOG = Permission("get", "pods/log")
+_NO_LOG = frozenset({400, 404})
+"""No such Pod or container, no previous run, not started yet: no log, not a failure."""
+_ELLIPSIS = "…"
+
+
+class KubernetesPodSource:
+    """Reads the GPU Operator's Pods in ``namespace`` and their logs through ``client``."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        max_pods: int = DEFAULT_MAX_PODS,
+        max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        sleep: Sleep = real_sleep,
+    ) -> None:
+        if page_size < 1 or max_pods < 1 or max_log_bytes < 1:
+            raise ValueError("page_size, max_pods and max_log_bytes must be at least 1")
+        if not namespace:
+            raise ValueError("namespace must not be empty")
+        self._client = client
+        self._namespace = namespace
+        self._page_size = page_size
+        self._max_pods = max_pods
+        self._max_pages = -(-max_pods // page_size) + 1
+        self._max_log_bytes = max_log_bytes
+        self._policy = policy
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._client.close()
+
+    # -- pods ----------------------------------------------------------------------------
+
+    def pods_on(self, node: str) -> tuple[OperatorPod, ...]:
+        items: list[object] = []
+        token: str | None = None
+        for _ in range(self._max_pages):
+            page, token = self._page(node, token)
+            items.extend(page)
+            if len(items) > self._max_pods:
+                raise ClusterRejectedError(self._runaway(node, f"more than {self._max_pods} pods"))
+            if token is None:
+                parsed = (parse_pod(item) for item in items)
+                return tuple(pod for pod in parsed if pod is not None)
+        pages = f"more than {self._max_pages} pages of pods"
+        raise ClusterRejectedError(self._runaway(node, pages))
+
+    def _runaway(self, node: str, what: str) -> str:
+        return (
+            f"kubernetes list pods in namespace {self._namespace} on node {node[:253]}: "
+            f"{what}, a runaway answer; the listing is refused"
+        )
+
+    def _page(self, node: str, token: str | None) -> tuple[list[object], str | None]:
+        selector = f"spec.nodeName={_field_value(node)}"
+        params = {"fieldSelector": selector, "limit": str(self._page_size)}
+        if token is not None:
+            params["continue"] = token
+        path = f"api/v1/namespaces/{quote(self._namespace, safe='')}/pods"
+        return kube_call(
+            f"list pods in namespace {self._namespace}",
+            lambda: _list_page(self._client, path, params),
+            policy=self._policy,
+            sleep=self._sleep,
+            permission=_LIST_PODS,
+        )
+
+    # -- logs ----------------------------------------------------------------------------
+
+    def log_tail(self, namespace: str, pod: str, container: str | None, *, previous: bool) -> str:
+        params = {"tailLines": str(LOG_TAIL_LINES), "limitBytes": str(self._max_log_bytes)}
+        if container:
+            params["container"] = container
+        if previous:
+            params["previous"] = "true"
+        path = f"api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/log"
+        try:
+            answer = kube_call(
+                f"read the log of pod {namespace}/{pod}",
+                lambda: get_raw(self._client, path, params, max_bytes=self._max_log_bytes),
+                policy=self._policy,
+                sleep=self._sleep,
+                answers=_NO_LOG,
+                permission=_GET_LOG,
+            )
+        except Answered:
+            return ""
+        return shown_tail(answer.body)
+
+
+def shown_tail(data: bytes, limit: int = LOG_TAIL_CHARS) -> str:
+    """Log bytes as they may be kept and shown: UTF-8 (replacing what is not), each line
+    without escape sequences or control characters and without trailing blanks,
+    credentials masked, and at most ``limit`` characters of the end (``…`` first when cut)."""
+    text = data.decode("utf-8", errors="replace")
+    lines = [strip_controls(line).rstrip() for line in text.splitlines()]
+    masked = redact("\n".join(lines)).strip("\n")
+    if len(masked) <= limit:
+        return masked
+    return _ELLIPSIS + masked[-(limit - len(_ELLIPSIS)) :]
+
+
+def _field_value(value: str) -> str:
+    """``value`` escaped for a field selector (as client-go's ``fields.EscapeValue``)."""
+    return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
+
+
+def _list_page(
+    client: Client, path: str, params: Mapping[str, str]
+) -> tuple[list[object], str | None]:
+    """One page of a Pod list: its items as raw JSON, and the continue token if any."""
+    limit = KUBE_JSON_LIMITS.max_bytes
+    answer = get_raw(client, path, params, max_bytes=limit)
+    if answer.cut:
+        raise UnreadableAnswerError(200, f"body is over {limit} bytes")
+    try:
+        body: Any = decode_json(answer.body, KUBE_JSON_LIMITS)
+    except JsonRefusedError as error:
+        raise UnreadableAnswerError(200, error.problem) from error
+    if not isinstance(body, dict) or not isinstance(body.get("items"), list | None):
+        raise UnreadableAnswerError(200, "not a list of pods")
+    items: list[object] = body.get("items") or []
+    metadata = body.get("metadata")
+    token = metadata.get("continue") if isinstance(metadata, dict) else None
+    return items, token if isinstance(token, str) and token else None
