@@ -12,7 +12,8 @@ Calls go through ``edge/kube.py`` (one client, one error translation for every a
 403 is ``ClusterForbiddenError`` naming the verb and resource to grant; 401, other 4xx and
 answers that are not what was asked are ``ClusterRejectedError``; connection failures,
 timeouts, 429 and 5xx are retried by the ``RetryPolicy`` (``sleep`` injectable) and then
-``ClusterUnavailableError``. No lightkube, httpx2 or msgspec exception escapes.
+``ClusterUnavailableError``. No lightkube, httpx2 or msgspec exception escapes, nor the
+``TypeError`` lightkube's generic decoder raises on a ``null`` item (an unreadable answer).
 
 Deliberately not here: watching (a cycle lists; a watch would need a long-lived
 connection and resync logic for what one list per cycle gives), patching the reboot-gate
@@ -44,7 +45,13 @@ from releasebot.domain.operator import (
 )
 from releasebot.domain.ports import NodeListing
 from releasebot.domain.selectors import LabelSelector, Operator
-from releasebot.edge.kube import Answered, Permission, kube_call
+from releasebot.edge.kube import (
+    LIBRARY_ERRORS,
+    Answered,
+    Permission,
+    UnreadableAnswerError,
+    kube_call,
+)
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 
 DEFAULT_PAGE_SIZE = LIST_PAGE_SIZE
@@ -163,13 +170,20 @@ class KubernetesFleetSource:
 
     def _pages(self, kind: _Kind, labels: dict[str, LabelValue] | None) -> Iterator[Any]:
         listed = self._client.list(kind.resource, chunk_size=self._page_size, labels=labels)
-        for count, item in enumerate(listed, start=1):
-            if count > self._max_nodes:
-                raise ClusterRejectedError(
-                    f"kubernetes list {kind.qualified}: more than {self._max_nodes} objects; "
-                    "narrow the node selector"
-                )
-            yield item
+        try:
+            for count, item in enumerate(listed, start=1):
+                if count > self._max_nodes:
+                    raise ClusterRejectedError(
+                        f"kubernetes list {kind.qualified}: more than {self._max_nodes} "
+                        "objects; narrow the node selector"
+                    )
+                yield item
+        except (TypeError, ValueError) as error:
+            if isinstance(error, LIBRARY_ERRORS):
+                raise  # msgspec's and json's own: edge.kube classifies them
+            # lightkube makes each item a dict with dict(item): a null, a number or a
+            # string among the items raises TypeError or ValueError out of its decoder.
+            raise UnreadableAnswerError(200, "an item of the list is not an object") from error
 
     def _call(self, kind: _Kind, operation: Callable[[], list[Any]]) -> list[Any]:
         return kube_call(

@@ -10,7 +10,8 @@ server does), so a simulated fleet shows the reboot gate opening and the after-r
 proof being set; and a ``PodSource`` over the GPU Operator's Pods (``set_pods``) and their
 logs (``set_log``), selected by namespace and ``spec.nodeName`` in the API server's order,
 each parsed by ``proof.parse_pod``, logs cut and cleaned as ``KubernetesPodSource`` does
-(``tailLines`` first, then ``limitBytes``, then ``pods.shown_tail``). ``fail_pods`` and
+(``tailLines`` first, then ``limitBytes``, then ``pods.shown_tail``), of the run the
+kubelet would show (the last terminated one for ``previous`` or a crash loop). ``fail_pods`` and
 ``fail_logs`` make those calls raise what a cluster could (forbidden, unavailable).
 """
 
@@ -208,6 +209,8 @@ class MemoryFleetSource:
             self._logs_error = error
 
     def pods_on(self, node: str) -> tuple[OperatorPod, ...]:
+        if not node:
+            return ()
         with self._lock:
             if self._pods_error is not None:
                 raise self._pods_error
@@ -236,7 +239,10 @@ class MemoryFleetSource:
                 if len(names) != 1:
                     return ""  # the API server asks which one
                 container = names[0]
-            data = self._logs.get((namespace, pod, container, previous), b"")
+            run = _run(raw, container, previous=previous)
+            if run is None:
+                return ""  # not started, never terminated: the kubelet has no such log
+            data = self._logs.get((namespace, pod, container, run), b"")
         tail = b"".join(data.splitlines(keepends=True)[-LOG_TAIL_LINES:])
         return shown_tail(tail[: self._max_log_bytes])
 
@@ -278,6 +284,27 @@ def _node_name(pod: RawObject) -> str | None:
     spec = pod.get("spec")
     name = spec.get("nodeName") if isinstance(spec, Mapping) else None
     return name if isinstance(name, str) else None
+
+
+def _run(pod: RawObject, container: str, *, previous: bool) -> bool | None:
+    """Which run's log the kubelet serves for ``container`` (``True``: the last terminated
+    one), or ``None`` when it has none: ``previous`` needs a terminated run; otherwise a
+    running or terminated container shows its own, one waiting after a crash its last run."""
+    status = pod.get("status")
+    found: Mapping[str, Any] = {}
+    if isinstance(status, Mapping):
+        for key in ("containerStatuses", "initContainerStatuses"):
+            for item in status.get(key) or ():
+                if isinstance(item, Mapping) and item.get("name") == container:
+                    found = item
+    state = found.get("state") if isinstance(found.get("state"), Mapping) else {}
+    last = found.get("lastState") if isinstance(found.get("lastState"), Mapping) else {}
+    terminated_before = isinstance(last, Mapping) and bool(last.get("terminated"))
+    if previous:
+        return True if terminated_before else None
+    if isinstance(state, Mapping) and ("running" in state or "terminated" in state):
+        return False
+    return True if terminated_before else None
 
 
 def _container_names(pod: RawObject) -> list[str]:

@@ -103,6 +103,8 @@ class KubernetesPodSource:
     # -- pods ----------------------------------------------------------------------------
 
     def pods_on(self, node: str) -> tuple[OperatorPod, ...]:
+        if not node:  # spec.nodeName= would select every Pod not scheduled yet
+            return ()
         items: list[object] = []
         token: str | None = None
         for _ in range(self._max_pages):

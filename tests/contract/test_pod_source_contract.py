@@ -267,6 +267,25 @@ def test_previous_is_the_last_terminated_run(make: Make) -> None:
     assert cluster.source.log_tail(NAMESPACE, ready_name, DRIVER, previous=True) == ""
 
 
+def test_a_crash_loop_shows_its_last_run_and_a_waiting_container_nothing(make: Make) -> None:
+    cluster = make()
+    name = crashing(cluster)
+    cluster.set_log(name, DRIVER, "NVRM: API mismatch\n", previous=True)
+    assert cluster.source.log_tail(NAMESPACE, name, DRIVER, previous=False) == (
+        "NVRM: API mismatch"
+    )
+    stuck = driver_pod("gpu-1", image=IMAGE, digest=DIGEST, state="init-error")
+    cluster.add([stuck])
+    stuck_name = stuck["metadata"]["name"]
+    cluster.set_log(stuck_name, DRIVER, "never shown\n")
+    cluster.set_log(stuck_name, "k8s-driver-manager", "unload failed\n")
+    assert cluster.source.log_tail(NAMESPACE, stuck_name, DRIVER, previous=False) == ""
+    assert cluster.source.log_tail(NAMESPACE, stuck_name, "k8s-driver-manager", previous=False) == (
+        "unload failed"
+    )
+    assert cluster.source.pods_on("") == ()
+
+
 def test_no_pod_no_container_no_log_is_empty(make: Make) -> None:
     cluster = make()
     name = crashing(cluster)
@@ -291,8 +310,8 @@ def test_a_hostile_log_is_cleaned_masked_and_bounded(make: Make) -> None:
     assert BEARER not in tail
     assert "ERROR: curl -H 'Authorization: Bearer ***' failed" in tail.splitlines()[0]
     assert "caf\ufffd \ufffd\ufffd broken bytes" in tail
-    assert "\x1b" not in tail and "\x07" not in tail and "\x00" not in tail
-    assert "\u202e" not in tail and "\u202c" not in tail
+    for control in ("\x1b", "\x07", "\x00", "\x9b", "\r", "\u202e", "\u202c"):
+        assert control not in tail
     assert tail.splitlines()[-1] == "reversed and a tab here"
     assert all(char == "\n" or char.isprintable() for char in tail)
 

@@ -1,45 +1,98 @@
-"""Hostile Kubernetes API answers, replayed against the fleet source over real HTTP.
+"""Hostile Kubernetes API answers, replayed against the fleet and pod sources over real HTTP.
 
-The fake API server (``tests/support/kubeapi.py``) answers every node listing with the bytes
-and headers of one case of ``tests/data/hostile/kubeapi/``; the client is made as
-releasebot makes it (``make_kube_client`` from a kubeconfig), so the bounded reader sees
-every answer. The case passes when the listing raises the named error of the domain's tree
-(nothing from lightkube, httpx2, msgspec or json escapes), whose message is one clean line.
+The fake API server (``tests/support/kubeapi.py``) answers every request of the case's
+``call`` with the bytes and headers of one case of ``tests/data/hostile/kubeapi/``: the node
+listing (``nodes``, the default, ``KubernetesFleetSource.nodes``), the GPU Operator's pod
+listing (``pods_on``, ``KubernetesPodSource.pods_on``) or a container's log (``log_tail``).
+The client is made as releasebot makes it (``make_kube_client`` from a kubeconfig), so the
+bounded reader sees every answer. A case with an ``error`` passes when the call raises that
+error of the domain's tree (nothing from lightkube, httpx2, msgspec or json escapes), whose
+message is one clean line; a case with an ``answer`` when the call answers, within its
+bounds: the pods it finds, a log tail that is at most ``LOG_TAIL_CHARS`` characters with
+nothing that moves a terminal and no credential.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from releasebot.domain import errors
+from releasebot.domain.proof import LOG_TAIL_CHARS, POD_CONTAINERS_MAX
 from releasebot.edge.kube import make_kube_client
 from releasebot.edge.retry import RetryPolicy
 from releasebot.fleet.kubernetes import KubernetesFleetSource
-from tests.hostile.conftest import Case, assert_absent, assert_clean_line, body_of, cases
+from releasebot.fleet.pods import KubernetesPodSource
+from tests.hostile.conftest import (
+    TERMINAL_MOVERS,
+    Case,
+    assert_absent,
+    assert_clean_line,
+    body_of,
+    cases,
+)
 from tests.support.kubeapi import FakeKubeApi
+from tests.support.operatorpods import NAMESPACE, digest_of, driver_pod
+
+_WHERE = {"nodes": {"plural": "nodes"}, "pods_on": {"plural": "pods"}}
+_POD = driver_pod("gpu-0", image="r.test/driver:1", digest=digest_of("1"))
+
+
+def _call(case: Case, client: Any) -> object:
+    call = case.get("call", "nodes")
+    no_retries = RetryPolicy(retries=0)
+    if call == "nodes":
+        return KubernetesFleetSource(client, policy=no_retries, sleep=lambda _: None).nodes()
+    pods = KubernetesPodSource(client, policy=no_retries, sleep=lambda _: None)
+    if call == "pods_on":
+        return pods.pods_on("gpu-0")
+    assert call == "log_tail", call
+    return pods.log_tail(NAMESPACE, _POD["metadata"]["name"], "nvidia-driver-ctr", previous=True)
 
 
 @pytest.mark.parametrize("case", cases("kubeapi"))
-def test_a_hostile_api_answer_is_one_clean_error(
+def test_a_hostile_api_answer_is_one_clean_error_or_a_bounded_answer(
     case: Case, kube_api: FakeKubeApi, tmp_path: Path
 ) -> None:
+    kube_api.add_pods(_POD)
+    where = _WHERE.get(case.get("call", "nodes"), {"path_contains": "/log"})
     kube_api.fail_requests(
         None,
         status=int(case.get("status", 200)),
-        plural="nodes",
         raw=body_of(case.get("body", "")),
         headers=case.get("headers"),
+        **where,
     )
     client = make_kube_client(str(kube_api.write_kubeconfig(tmp_path / "kubeconfig")))
-    source = KubernetesFleetSource(client, policy=RetryPolicy(retries=0), sleep=lambda _: None)
-    expected = getattr(errors, case["error"])
-    with client, pytest.raises(errors.ReleasebotError) as caught:
-        source.nodes()
+    with client:
+        if "answer" in case.data:
+            _check_answer(case, _call(case, client))
+            return
+        expected = getattr(errors, case["error"])
+        with pytest.raises(errors.ReleasebotError) as caught:
+            _call(case, client)
     assert type(caught.value) is expected, repr(caught.value)
     assert_clean_line(str(caught.value), case["problem"])
     assert_absent(str(caught.value), case.get("never_shown"))
     if "retry_after" in case.data:
         assert isinstance(caught.value, errors.TemporaryError)
         assert caught.value.retry_after.total_seconds() == case["retry_after"]
+
+
+def _check_answer(case: Case, answer: object) -> None:
+    wanted = case["answer"]
+    if isinstance(answer, str):  # a log tail
+        assert len(answer) <= LOG_TAIL_CHARS
+        assert not TERMINAL_MOVERS.search(answer), ascii(answer[:200])
+        assert "Traceback" not in answer
+        assert re.search(wanted["shows"], answer), f"{wanted['shows']!r} not in {answer[-300:]!r}"
+        assert_absent(answer, case.get("never_shown"))
+        return
+    assert isinstance(answer, tuple)
+    assert [pod.name for pod in answer] == wanted["pods"]
+    for pod in answer:
+        assert len(pod.containers) <= POD_CONTAINERS_MAX
+        assert len(pod.init_containers) <= POD_CONTAINERS_MAX

@@ -117,7 +117,8 @@ class Fault:
     retry_after: int | None = None
     path_contains: str | None = None
     raw: bytes | None = None
-    """These exact bytes as the body (``Content-Type: application/json``), any ``body``."""
+    """These exact bytes as the body (``Content-Type: application/json`` unless ``headers``
+    name another), any ``body``."""
     headers: dict[str, str] | None = None
     """Headers sent as given (a hostile ``Retry-After``, say)."""
 
@@ -1125,8 +1126,12 @@ def _fault_response(fault: Fault) -> aiohttp.web.Response:
     if fault.headers is not None:
         headers = {**(headers or {}), **fault.headers}
     if fault.raw is not None:
+        typed = any(name.lower() == "content-type" for name in headers or {})
         return aiohttp.web.Response(
-            status=fault.status, body=fault.raw, content_type="application/json", headers=headers
+            status=fault.status,
+            body=fault.raw,
+            content_type=None if typed else "application/json",
+            headers=headers,
         )
     if fault.body == "status":
         return _status(fault.status, fault.reason, fault.message, headers=headers)

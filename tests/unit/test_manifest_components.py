@@ -1,10 +1,13 @@
-"""The opt-in kustomize components: ``reboot-gate`` and ``alerts``, on top of each overlay.
+"""The opt-in kustomize components: ``reboot-gate``, ``after-reboot-proof`` and ``alerts``, on
+top of each overlay.
 
 Each component is built with ``kubectl kustomize`` into an overlay (a kustomization in a
 temporary directory naming the overlay and the component). Covers: the reboot gate adds
 exactly ``patch`` on Nodes, bound to the bot's ServiceAccount, and turns the gate on in
 whichever workload the overlay runs (settings loaded as the Pods get them), while the
-base alone leaves the gate off and the fleet on; every object still validates strictly;
+base alone leaves the gate off and the fleet on; the after-reboot proof adds exactly
+``list`` on Pods and ``get`` on Pods/log in the GPU Operator's namespace and ``patch`` on
+Nodes, alone and beside the reboot gate; every object still validates strictly;
 the PrometheusRule's expressions name only series ``ServiceMetrics`` exports, with label
 values it writes.
 """
@@ -30,6 +33,7 @@ from tests.unit.test_manifests import (
     CONFIG,
     NODE_RULES,
     OVERLAYS,
+    ROLE_RULES,
     SCHEMA_VERSIONS,
     _environment,
     _kubectl,
@@ -41,11 +45,16 @@ from tests.unit.test_manifests import (
 )
 
 GATE_RULES = {("", "nodes", (), "patch")}
+PROOF_NAMESPACE_RULES = {("", "pods", (), "list"), ("", "pods/log", (), "get")}
+PROOF = "releasebot-after-reboot-proof"
+BOT = {"kind": "ServiceAccount", "name": "releasebot", "namespace": "releasebot"}
 _SERIES = re.compile(r"\b(releasebot_[a-z_]+)\b")
 _LABEL = re.compile(r'(\w+)\s*(=~|=)\s*"([^"]*)"')
 
 
-def with_component(overlay: str, component: str, tmp_path: Path) -> list[dict[str, Any]]:
+def with_component(
+    overlay: str, component: str, tmp_path: Path, *, also: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     kubectl = _kubectl()
     if kubectl is None:
         render(overlay)  # skips (or fails in CI) with the reason
@@ -58,7 +67,10 @@ def with_component(overlay: str, component: str, tmp_path: Path) -> list[dict[st
                 "kind": "Kustomization",
                 # Relative: kustomize refuses absolute roots.
                 "resources": [os.path.relpath(CONFIG / "overlays" / overlay, site)],
-                "components": [os.path.relpath(CONFIG / "components" / component, site)],
+                "components": [
+                    os.path.relpath(CONFIG / "components" / name, site)
+                    for name in (component, *also)
+                ],
             }
         )
     )
@@ -100,6 +112,53 @@ def test_the_reboot_gate_adds_patch_on_nodes_and_turns_the_gate_on(
         environ["RELEASEBOT_REGISTRY_DOCKER_CONFIG"] = str(docker_config)  # not in-cluster
         fleet = load_settings(settings_file, environ=environ).fleet
         assert (fleet.enabled, fleet.gate) == (True, True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("also", [(), ("reboot-gate",)], ids=["alone", "with-reboot-gate"])
+def test_the_after_reboot_proof_grants_exactly_what_it_reads_and_writes(
+    overlay: str, also: tuple[str, ...], tmp_path: Path
+) -> None:
+    objects = with_component(overlay, "after-reboot-proof", tmp_path, also=also)
+    roles = {
+        (role["metadata"]["namespace"], role["metadata"]["name"]): rules(role)
+        for role in of_kind(objects, "Role")
+    }
+    assert roles == {
+        ("releasebot", "releasebot"): ROLE_RULES,
+        ("gpu-operator", PROOF): PROOF_NAMESPACE_RULES,
+    }
+    cluster_roles = {
+        role["metadata"]["name"]: rules(role) for role in of_kind(objects, "ClusterRole")
+    }
+    expected = {"releasebot-node-reader": NODE_RULES, PROOF: GATE_RULES}
+    if also:
+        expected["releasebot-reboot-gate"] = GATE_RULES
+    assert cluster_roles == expected
+    [binding] = [b for b in of_kind(objects, "RoleBinding") if b["metadata"]["name"] == PROOF]
+    assert binding["metadata"]["namespace"] == "gpu-operator"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": PROOF,
+    }
+    assert binding["subjects"] == [BOT]
+    [cluster_binding] = [
+        b for b in of_kind(objects, "ClusterRoleBinding") if b["metadata"]["name"] == PROOF
+    ]
+    assert cluster_binding["roleRef"]["name"] == PROOF
+    assert cluster_binding["subjects"] == [BOT]
+    for obj in objects:
+        for version in SCHEMA_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+        if obj["kind"] in ("Role", "ClusterRole"):
+            assert all("*" not in rule["verbs"] + rule["resources"] for rule in obj["rules"])
+    if not also:  # alone, it turns nothing on in the workloads
+        assert not any(
+            var["name"] == "RELEASEBOT_FLEET_GATE"
+            for _, template in pod_templates(objects)
+            for var in bot_container(template).get("env", [])
+        )
 
 
 def test_without_the_component_the_fleet_is_read_and_the_gate_stays_off() -> None:

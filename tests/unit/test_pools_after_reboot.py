@@ -79,7 +79,8 @@ def gates(states: dict[str, TargetState], view: OperatorView, *raw: dict[str, An
 def test_the_pending_version_is_judged_by_the_pool_the_node_will_be_in() -> None:
     result, coverage, _ = gates({}, TWO_POOLS, NODE)
     tags = {target.tag for target in result.targets}
-    assert RIGHT in tags and OLD_POOL in tags
+    assert RIGHT in tags
+    assert OLD_POOL in tags
     assert WRONG not in tags  # the old pool's driver is never planned for the new version
     [covered] = coverage.nodes
     assert [image.tag for image in covered.images if image.pending] == [RIGHT]
