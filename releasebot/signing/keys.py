@@ -3,18 +3,23 @@
 cosign's ``generate-key-pair`` writes the private key as PEM type ``ENCRYPTED SIGSTORE
 PRIVATE KEY`` (``ENCRYPTED COSIGN PRIVATE KEY`` before cosign 2.3). The PEM body is JSON::
 
-    {"kdf": {"name": "scrypt", "params": {"N": 32768, "r": 8, "p": 1}, "salt": "<b64>"},
+    {"kdf": {"name": "scrypt", "params": {"N": 65536, "r": 8, "p": 1}, "salt": "<b64>"},
      "cipher": {"name": "nacl/secretbox", "nonce": "<b64, 24 bytes>"},
      "ciphertext": "<b64: secretbox(PKCS #8 DER of the key)>"}
 
-The secretbox key is scrypt(password, salt, N, r, p, 32 bytes). Only those exact scrypt
-parameters are accepted (as cosign does): a file cannot make releasebot spend gigabytes of
-memory on a hostile N. An unencrypted PKCS #8 (``PRIVATE KEY``) or SEC 1 (``EC PRIVATE
-KEY``) PEM is read too. Public keys are PKIX ``PUBLIC KEY`` PEMs, as ``cosign.pub``.
+The secretbox key is scrypt(password, salt, N, r, p, 32 bytes). cosign encrypts through
+go-securesystemslib's ``encrypted`` package, which writes N=65536 (since cosign v0.7.0;
+N=32768 before) and reads exactly three parameter sets: N = 2**15, 2**16 or 2**17, each
+with r=8 and p=1. Those three are accepted here too, and nothing else: scrypt needs
+128 * r * N bytes of memory, so the largest costs 128 MiB and about half a second once per
+key change, while a hostile file asking for N=2**30 would cost 128 GiB. ``encrypt_key``
+writes what cosign writes today (N=65536). An unencrypted PKCS #8 (``PRIVATE KEY``) or
+SEC 1 (``EC PRIVATE KEY``) PEM is read too. Public keys are PKIX ``PUBLIC KEY`` PEMs, as
+``cosign.pub``.
 
 Every error names the file and the problem, never a byte of the key or the password.
 Deliberately not here: RSA and Ed25519 keys (cosign's default and every policy example is
-ECDSA P-256), KMS and hardware keys.
+ECDSA P-256), keys encrypted by OpenSSL (refused with what to do), KMS and hardware keys.
 """
 
 from __future__ import annotations
@@ -39,11 +44,15 @@ from releasebot.domain.errors import SigningError
 from releasebot.edge.text import one_line
 
 ENCRYPTED_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
-SCRYPT_N, SCRYPT_R, SCRYPT_P = 32768, 8, 1
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 65536, 8, 1
+"""What ``encrypt_key`` writes: go-securesystemslib's "standard" set, cosign's since v0.7.0."""
+SCRYPT_ACCEPTED = frozenset({(2**15, 8, 1), (2**16, 8, 1), (2**17, 8, 1)})
+"""(N, r, p) sets cosign reads (go-securesystemslib ``CheckParams``: legacy, standard,
+OWASP); at most 128 * 8 * 2**17 bytes = 128 MiB of memory."""
 SALT_BYTES = 32
 MAX_KEY_FILE_BYTES = 16 * 1024
 """A PEM key is a few hundred bytes; anything much bigger is not one."""
-_SCRYPT_MAXMEM = 64 * 1024 * 1024  # 128 * r * N = 32 MiB, plus headroom
+_SCRYPT_MAXMEM = max(128 * r * n for n, r, _ in SCRYPT_ACCEPTED) + 1024 * 1024  # + B, p*128*r
 _DETERMINISTIC = bool(openssl_backend.ecdsa_deterministic_supported())
 
 
@@ -177,8 +186,11 @@ def load_verifying_key(pem: bytes, *, source: str) -> VerifyingKey:
     return VerifyingKey(key)
 
 
-def encrypt_key(key: SigningKey, password: bytes) -> bytes:
-    """``key`` as cosign writes it: an ``ENCRYPTED SIGSTORE PRIVATE KEY`` PEM."""
+def encrypt_key(key: SigningKey, password: bytes, *, scrypt_n: int = SCRYPT_N) -> bytes:
+    """``key`` as cosign writes it: an ``ENCRYPTED SIGSTORE PRIVATE KEY`` PEM; ``scrypt_n``
+    another N cosign reads (32768 for a key as cosign before v0.7.0 wrote it)."""
+    if (scrypt_n, SCRYPT_R, SCRYPT_P) not in SCRYPT_ACCEPTED:
+        raise ValueError(f"scrypt N={scrypt_n} is not one cosign reads")
     der = key.key.private_bytes(
         serialization.Encoding.DER,
         serialization.PrivateFormat.PKCS8,
@@ -186,11 +198,12 @@ def encrypt_key(key: SigningKey, password: bytes) -> bytes:
     )
     salt = secrets.token_bytes(SALT_BYTES)
     nonce = secrets.token_bytes(SecretBox.NONCE_SIZE)
-    sealed = SecretBox(_derive(password, salt)).encrypt(der, nonce).ciphertext
+    box = SecretBox(_derive(password, salt, scrypt_n, SCRYPT_R, SCRYPT_P))
+    sealed = box.encrypt(der, nonce).ciphertext
     document = {
         "kdf": {
             "name": "scrypt",
-            "params": {"N": SCRYPT_N, "r": SCRYPT_R, "p": SCRYPT_P},
+            "params": {"N": scrypt_n, "r": SCRYPT_R, "p": SCRYPT_P},
             "salt": _b64(salt),
         },
         "cipher": {"name": "nacl/secretbox", "nonce": _b64(nonce)},
@@ -214,12 +227,17 @@ def _decrypt(body: bytes, password: bytes, source: str) -> bytes:
         raise SigningError(f"{problem}: not cosign's encrypted key format") from None
     if names != ("scrypt", "nacl/secretbox"):
         raise SigningError(f"{problem}: unsupported encryption {names[0]}/{names[1]}")
-    if chosen != (SCRYPT_N, SCRYPT_R, SCRYPT_P):
-        raise SigningError(f"{problem}: unexpected scrypt parameters {chosen}")
+    if chosen not in SCRYPT_ACCEPTED or not all(type(value) is int for value in chosen):
+        raise SigningError(
+            f"{problem}: unexpected scrypt parameters {one_line(repr(chosen), 80)} (cosign "
+            "writes and reads N=32768, 65536 or 131072 with r=8, p=1): make the key again "
+            "with cosign generate-key-pair"
+        )
     if len(nonce) != SecretBox.NONCE_SIZE or not salt:
         raise SigningError(f"{problem}: malformed nonce or salt")
     try:
-        return SecretBox(_derive(password, salt)).decrypt(sealed, nonce)
+        n, r, p = chosen
+        return SecretBox(_derive(password, salt, n, r, p)).decrypt(sealed, nonce)
     except CryptoError:
         raise SigningError(
             f"{problem}: cannot decrypt it: wrong password (signing.password / "
@@ -227,13 +245,13 @@ def _decrypt(body: bytes, password: bytes, source: str) -> bytes:
         ) from None
 
 
-def _derive(password: bytes, salt: bytes) -> bytes:
+def _derive(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(
         password,
         salt=salt,
-        n=SCRYPT_N,
-        r=SCRYPT_R,
-        p=SCRYPT_P,
+        n=n,
+        r=r,
+        p=p,
         maxmem=_SCRYPT_MAXMEM,
         dklen=SecretBox.KEY_SIZE,
     )

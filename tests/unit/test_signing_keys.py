@@ -39,7 +39,7 @@ def test_cosign_encrypted_key_round_trips_and_has_cosigns_layout() -> None:
     body = _body(pem)
     assert body["kdf"] == {
         "name": "scrypt",
-        "params": {"N": 32768, "r": 8, "p": 1},
+        "params": {"N": 65536, "r": 8, "p": 1},
         "salt": body["kdf"]["salt"],  # type: ignore[index]
     }
     assert body["cipher"]["name"] == "nacl/secretbox"  # type: ignore[index]
