@@ -14,15 +14,19 @@ Deliberately not here: what a value means (the settings' rules, the adapters), a
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import SplitResult, urlsplit
 
 __all__ = [
     "MAX_DIGITS",
     "ValueRefusedError",
     "check_path",
+    "check_regular_file",
     "is_ascii_digits",
     "parse_content_length",
     "parse_decimal",
@@ -184,11 +188,35 @@ def check_path(text: str) -> str:
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """The bytes of a regular file of at most ``max_bytes``; never blocks, never eats memory.
 
-    Opened non-blocking (a FIFO would wait for a writer), checked to be a regular file
-    after opening (a directory, ``/dev/zero``, a socket are refused), then read at most
-    ``max_bytes + 1``. ``ValueRefusedError`` with one line for every refusal, OS errors
-    included.
+    The one way releasebot reads a file it is pointed at (a key, a password, a token, a CA
+    bundle, a kubeconfig, a Docker config, the settings): opened non-blocking (a FIFO would
+    wait for a writer), checked to be a regular file after opening (a directory,
+    ``/dev/zero``, a socket are refused), then read at most ``max_bytes + 1``.
+    ``ValueRefusedError`` with one line naming the path and the problem: ``not found``,
+    ``permission denied``, ``is a directory``, ``is a FIFO, not a regular file``, ``is
+    larger than N KiB``; the caller names the setting and what to do.
     """
+    with _opened(path) as (descriptor, shown):
+        try:
+            with os.fdopen(descriptor, "rb", buffering=0, closefd=False) as file:
+                data = file.read(max_bytes + 1)
+        except OSError as error:
+            raise ValueRefusedError(f"cannot read {shown}: {_reason(error)}") from None
+    if data is None or len(data) > max_bytes:
+        raise ValueRefusedError(f"{shown} is larger than {_size(max_bytes)}")
+    return data
+
+
+def check_regular_file(path: str | os.PathLike[str]) -> None:
+    """``path`` names a regular file this process may read (what ``read_regular_file``
+    checks before reading); ``ValueRefusedError`` with the same one-line reasons else."""
+    with _opened(path):
+        pass
+
+
+@contextmanager
+def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    """A descriptor on the regular file ``path`` and the path as messages show it."""
     shown = _path_shown(os.fspath(path))
     check_path(os.fspath(path))
     try:
@@ -196,20 +224,31 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     except FileNotFoundError:
         raise ValueRefusedError(f"file {shown} not found") from None
     except OSError as error:
-        raise ValueRefusedError(f"cannot open {shown}: {error.strerror or error}") from None
+        raise ValueRefusedError(f"cannot open {shown}: {_reason(error)}") from None
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):  # checked on what was opened: no race with a rename
             raise ValueRefusedError(f"{shown} is {_kind(mode)}, not a regular file")
-        with os.fdopen(descriptor, "rb", buffering=0, closefd=False) as file:
-            data = file.read(max_bytes + 1)
-    except OSError as error:
-        raise ValueRefusedError(f"cannot read {shown}: {error.strerror or error}") from None
+        yield descriptor, shown
     finally:
         os.close(descriptor)
-    if data is None or len(data) > max_bytes:
-        raise ValueRefusedError(f"{shown} is larger than {max_bytes} bytes")
-    return data
+
+
+def _reason(error: OSError) -> str:
+    """An OS error in words a person acts on (``strerror`` is capitalised, and may be absent)."""
+    if isinstance(error, PermissionError):
+        return "permission denied (check the file's owner and mode, or the Secret's defaultMode)"
+    if error.errno == errno.ENOTDIR:
+        return "a part of the path is not a directory"
+    return (error.strerror or f"error {error.errno}").lower()
+
+
+def _size(count: int) -> str:
+    if count % (1024 * 1024) == 0:
+        return f"{count // (1024 * 1024)} MiB"
+    if count % 1024 == 0:
+        return f"{count // 1024} KiB"
+    return f"{count} bytes"
 
 
 def read_secret_file(path: str | os.PathLike[str], max_bytes: int = MAX_SECRET_BYTES) -> str:
