@@ -36,7 +36,8 @@ from releasebot.registry.artifacts import OrasArtifacts  # noqa: E402
 from releasebot.registry.oras import OrasRegistry  # noqa: E402
 from releasebot.signing.attestor import RegistryAttestor  # noqa: E402
 from releasebot.signing.documents import Builder  # noqa: E402
-from releasebot.signing.keys import KeyFile, encrypt_key, generate_key  # noqa: E402
+from releasebot.signing.keyfiles import KeyFiles  # noqa: E402
+from releasebot.signing.keys import encrypt_key, generate_key  # noqa: E402
 from tests.support.referrersproxy import run_referrers_proxy  # noqa: E402
 from tests.support.registryserver import RunningRegistry, run_registry  # noqa: E402
 
@@ -72,15 +73,13 @@ def thread_cpu() -> float:
 
 
 def publish_rounds(
-    registry: RunningRegistry, host: str, name: str, key_file: KeyFile, rounds: int, arches: int
+    registry: RunningRegistry, host: str, name: str, key_file: KeyFiles, rounds: int, arches: int
 ) -> dict[str, float]:
     oras = OrasRegistry(f"{host}/{name}", insecure=True, retries=0)
     artifacts = OrasArtifacts(oras)
-    public = key_file.load().public
     attestor = RegistryAttestor(
         artifacts,
-        key=key_file.load,
-        public=public,
+        keys=key_file.load,
         builder=Builder("0.1.0", "ghcr.io/osscontainertools/kaniko:v1.28.0@sha256:" + "1" * 64),
         materials=Materials(),
     )
@@ -140,7 +139,7 @@ def main() -> int:
         work = Path(temporary)
         key_path = work / "cosign.key"
         key_path.write_bytes(encrypt_key(generate_key(), b"bench"))
-        key_file = KeyFile(str(key_path), lambda: b"bench")
+        key_file = KeyFiles(str(key_path), password=b"bench")
         cpu0, wall0 = thread_cpu(), time.perf_counter()
         key_file.load()
         key_cpu, key_wall = thread_cpu() - cpu0, time.perf_counter() - wall0

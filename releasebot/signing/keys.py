@@ -29,8 +29,6 @@ import binascii
 import hashlib
 import json
 import secrets
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidSignature
@@ -54,6 +52,11 @@ MAX_KEY_FILE_BYTES = 16 * 1024
 """A PEM key is a few hundred bytes; anything much bigger is not one."""
 _SCRYPT_MAXMEM = max(128 * r * n for n, r, _ in SCRYPT_ACCEPTED) + 1024 * 1024  # + B, p*128*r
 _DETERMINISTIC = bool(openssl_backend.ecdsa_deterministic_supported())
+
+
+class WrongPasswordError(SigningError):
+    """The key did not decrypt with the password: a wrong password, or a key and a
+    password from two different pairs (halfway through a rotation)."""
 
 
 @dataclass(frozen=True)
@@ -112,46 +115,13 @@ class SigningKey:
         return f"SigningKey({self.public.fingerprint})"
 
 
-class KeyFile:
-    """The private key in a mounted file, read again when the file changes.
-
-    A rotated Secret is picked up without a restart, and a broken one fails the next
-    signature (with a reason) instead of the process. ``password`` is called only when the
-    file changed; decrypting costs one scrypt run (about 0.1 s and 32 MiB).
-    """
-
-    def __init__(self, path: str, password: Callable[[], bytes]) -> None:
-        self._path = path
-        self._password = password
-        self._seen: tuple[bytes, SigningKey] | None = None
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"KeyFile({self._path!r})"
-
-    def load(self) -> SigningKey:
-        try:
-            with open(self._path, "rb") as handle:
-                pem = handle.read(MAX_KEY_FILE_BYTES + 1)
-        except OSError as error:
-            raise SigningError(
-                f"signing key {self._path}: cannot read it: {error.strerror}"
-            ) from None
-        digest = hashlib.sha256(pem).digest()
-        with self._lock:
-            if self._seen is not None and self._seen[0] == digest:
-                return self._seen[1]
-            key = load_signing_key(pem, self._password(), source=self._path)
-            self._seen = (digest, key)
-            return key
-
-
 def generate_key() -> SigningKey:
     return SigningKey(ec.generate_private_key(ec.SECP256R1()))
 
 
 def load_signing_key(pem: bytes, password: bytes, *, source: str) -> SigningKey:
     """The private key in ``pem`` (one of the formats above); ``source`` names it in errors."""
+    _refuse_openssl_encryption(pem, source)
     kind, body = _pem_block(pem, source)
     if kind in ENCRYPTED_TYPES:
         der = _decrypt(body, password, source)
@@ -239,7 +209,7 @@ def _decrypt(body: bytes, password: bytes, source: str) -> bytes:
         n, r, p = chosen
         return SecretBox(_derive(password, salt, n, r, p)).decrypt(sealed, nonce)
     except CryptoError:
-        raise SigningError(
+        raise WrongPasswordError(
             f"{problem}: cannot decrypt it: wrong password (signing.password / "
             "signing.password_file) or a damaged file"
         ) from None
@@ -254,6 +224,21 @@ def _derive(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
         p=p,
         maxmem=_SCRYPT_MAXMEM,
         dklen=SecretBox.KEY_SIZE,
+    )
+
+
+def _refuse_openssl_encryption(pem: bytes, source: str) -> None:
+    """OpenSSL's own encryptions, named with what to do (not "PEM body is not base64")."""
+    if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in pem:
+        how = "openssl pkcs8 -in KEY -out plain.key"
+    elif b"Proc-Type: 4,ENCRYPTED" in pem:
+        how = "openssl ec -in KEY -out plain.key"
+    else:
+        return
+    raise SigningError(
+        f"signing key {source}: encrypted by OpenSSL, which releasebot does not read: "
+        f"decrypt it ({how}) and either mount it unencrypted or make cosign's format with "
+        "cosign import-key-pair --key plain.key"
     )
 
 
