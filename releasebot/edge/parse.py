@@ -24,6 +24,7 @@ from urllib.parse import SplitResult, urlsplit
 
 __all__ = [
     "MAX_DIGITS",
+    "FileRefusedError",
     "ValueRefusedError",
     "check_path",
     "check_regular_file",
@@ -48,6 +49,21 @@ _DIGITS = frozenset("0123456789")
 
 class ValueRefusedError(ValueError):
     """A value from outside that is not of its kind; ``str()`` is one line."""
+
+
+class FileRefusedError(ValueRefusedError):
+    """A file ``read_regular_file`` would not or could not read. Besides the one line, for
+    callers that word or classify it themselves (the ``file://`` feed reader): ``problem``
+    (``missing``, ``not-regular``, ``too-large``, ``unreadable``), ``kind`` (what a
+    non-regular file is: ``a directory``, ``a FIFO``…) and the OS ``errno``."""
+
+    def __init__(
+        self, message: str, problem: str, *, kind: str = "", errno: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.kind = kind
+        self.errno = errno
 
 
 def is_ascii_digits(text: str) -> bool:
@@ -201,9 +217,10 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
             with os.fdopen(descriptor, "rb", buffering=0, closefd=False) as file:
                 data = file.read(max_bytes + 1)
         except OSError as error:
-            raise ValueRefusedError(f"cannot read {shown}: {_reason(error)}") from None
+            message = f"cannot read {shown}: {_reason(error)}"
+            raise FileRefusedError(message, "unreadable", errno=error.errno) from None
     if data is None or len(data) > max_bytes:
-        raise ValueRefusedError(f"{shown} is larger than {_size(max_bytes)}")
+        raise FileRefusedError(f"{shown} is larger than {_size(max_bytes)}", "too-large")
     return data
 
 
@@ -221,17 +238,32 @@ def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
     check_path(os.fspath(path))
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise ValueRefusedError(f"file {shown} not found") from None
+    except FileNotFoundError as error:
+        raise FileRefusedError(f"file {shown} not found", "missing", errno=error.errno) from None
     except OSError as error:
-        raise ValueRefusedError(f"cannot open {shown}: {_reason(error)}") from None
+        mode = _mode_or_none(path)  # a socket cannot be opened (ENXIO): name what it is
+        if mode is not None and not stat.S_ISREG(mode):
+            kind = _kind(mode)
+            message = f"{shown} is {kind}, not a regular file"
+            raise FileRefusedError(message, "not-regular", kind=kind) from None
+        message = f"cannot open {shown}: {_reason(error)}"
+        raise FileRefusedError(message, "unreadable", errno=error.errno) from None
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):  # checked on what was opened: no race with a rename
-            raise ValueRefusedError(f"{shown} is {_kind(mode)}, not a regular file")
+            kind = _kind(mode)
+            message = f"{shown} is {kind}, not a regular file"
+            raise FileRefusedError(message, "not-regular", kind=kind)
         yield descriptor, shown
     finally:
         os.close(descriptor)
+
+
+def _mode_or_none(path: str | os.PathLike[str]) -> int | None:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return None
 
 
 def _reason(error: OSError) -> str:
@@ -272,8 +304,10 @@ def _kind(mode: int) -> str:
         return "a directory"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"
