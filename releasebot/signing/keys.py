@@ -237,8 +237,8 @@ def _refuse_openssl_encryption(pem: bytes, source: str) -> None:
         return
     raise SigningError(
         f"signing key {source}: encrypted by OpenSSL, which releasebot does not read: "
-        f"decrypt it ({how}) and either mount it unencrypted or make cosign's format with "
-        "cosign import-key-pair --key plain.key"
+        f"decrypt it ({how}) and mount plain.key (the Secret protects it), or make a new "
+        "pair with cosign generate-key-pair"
     )
 
 

@@ -146,6 +146,6 @@ def test_a_key_encrypted_by_openssl_is_named_with_what_to_do(
     message = str(caught.value)
     assert "encrypted by OpenSSL" in message
     assert how in message
-    assert "cosign import-key-pair" in message
+    assert "cosign generate-key-pair" in message
     assert "base64" not in message
     assert "\n" not in message
