@@ -9,8 +9,12 @@ it), exactly what the reconcile cycle does before it calls a tag published.
 
 Prints, per registry kind and per shape (single-arch, two-arch index): requests for
 attest, requests for verify, CPU ms (this thread, RUSAGE_THREAD) and wall ms per publish,
-then the one-off cost of loading the key (scrypt). Fails if a single-arch publish needs
-more than ``MAX_REQUESTS`` requests: a regression to watch, not a tuning target.
+then the one-off cost of loading the key for each scrypt N cosign writes or reads (CPU,
+wall, and this process's peak RSS after it: scrypt needs 128 * r * N bytes), what reading
+the unchanged key, password and public key files costs before every signature (the
+rotation check), and what refusing a 4 GiB public key file costs. Fails if a single-arch
+publish needs more than ``MAX_REQUESTS`` requests: a regression to watch, not a tuning
+target.
 
     uv run python benchmarks/bench_signing.py [--short]
 """
@@ -30,13 +34,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from releasebot.domain.attestation import ArchBuild, AttestationRequest, Material  # noqa: E402
+from releasebot.domain.errors import SigningError  # noqa: E402
 from releasebot.domain.models import Target  # noqa: E402
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion  # noqa: E402
 from releasebot.registry.artifacts import OrasArtifacts  # noqa: E402
 from releasebot.registry.oras import OrasRegistry  # noqa: E402
 from releasebot.signing.attestor import RegistryAttestor  # noqa: E402
 from releasebot.signing.documents import Builder  # noqa: E402
-from releasebot.signing.keys import KeyFile, encrypt_key, generate_key  # noqa: E402
+from releasebot.signing.keyfiles import KeyFiles  # noqa: E402
+from releasebot.signing.keys import (  # noqa: E402
+    SCRYPT_ACCEPTED,
+    SCRYPT_N,
+    encrypt_key,
+    generate_key,
+)
 from tests.support.referrersproxy import run_referrers_proxy  # noqa: E402
 from tests.support.registryserver import RunningRegistry, run_registry  # noqa: E402
 
@@ -72,15 +83,13 @@ def thread_cpu() -> float:
 
 
 def publish_rounds(
-    registry: RunningRegistry, host: str, name: str, key_file: KeyFile, rounds: int, arches: int
+    registry: RunningRegistry, host: str, name: str, key_file: KeyFiles, rounds: int, arches: int
 ) -> dict[str, float]:
     oras = OrasRegistry(f"{host}/{name}", insecure=True, retries=0)
     artifacts = OrasArtifacts(oras)
-    public = key_file.load().public
     attestor = RegistryAttestor(
         artifacts,
-        key=key_file.load,
-        public=public,
+        keys=key_file.load,
         builder=Builder("0.1.0", "ghcr.io/osscontainertools/kaniko:v1.28.0@sha256:" + "1" * 64),
         materials=Materials(),
     )
@@ -131,6 +140,51 @@ def publish_rounds(
     }
 
 
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def key_loads(work: Path) -> list[tuple[int, float, float, float]]:
+    """(N, cpu ms, wall ms, peak RSS MiB) of a first load, smallest N first (peak RSS only
+    grows, so each row's peak is that N's or an earlier, smaller one's)."""
+    rows = []
+    for n in sorted(n for n, _, _ in SCRYPT_ACCEPTED):
+        path = work / f"cosign-{n}.key"
+        path.write_bytes(encrypt_key(generate_key(), b"bench", scrypt_n=n))
+        cpu0, wall0 = thread_cpu(), time.perf_counter()
+        KeyFiles(str(path), password=b"bench").load()
+        cpu, wall = thread_cpu() - cpu0, time.perf_counter() - wall0
+        rows.append((n, cpu * 1000, wall * 1000, peak_rss_mib()))
+    return rows
+
+
+def rotation_check(work: Path) -> tuple[float, float, float]:
+    """Microseconds per ``load`` of an unchanged set; ms and RSS growth to refuse 4 GiB."""
+    key = generate_key()
+    files = {"set.key": encrypt_key(key, b"bench"), "set.pw": b"bench\n", "set.pub": key.public.pem}
+    for name, body in files.items():
+        (work / name).write_bytes(body)
+    keys = KeyFiles(
+        str(work / "set.key"), password_path=str(work / "set.pw"), public_path=str(work / "set.pub")
+    )
+    keys.load()
+    rounds = 2000
+    started = time.perf_counter()
+    for _ in range(rounds):
+        keys.load()
+    per_check = (time.perf_counter() - started) / rounds * 1e6
+    with open(work / "set.pub", "wb") as handle:
+        handle.truncate(4 * 1024**3)  # sparse: no disk used
+    before, started = peak_rss_mib(), time.perf_counter()
+    try:
+        keys.load()
+    except SigningError:
+        pass
+    else:
+        raise AssertionError("a 4 GiB public key file was accepted")
+    return per_check, (time.perf_counter() - started) * 1000, peak_rss_mib() - before
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="a few publishes (CI)")
@@ -138,12 +192,11 @@ def main() -> int:
     rounds = 3 if args.short else 20
     with tempfile.TemporaryDirectory(prefix="bench-signing-") as temporary:
         work = Path(temporary)
+        key_rows = key_loads(work)
+        check_us, refuse_ms, refuse_rss = rotation_check(work)
         key_path = work / "cosign.key"
         key_path.write_bytes(encrypt_key(generate_key(), b"bench"))
-        key_file = KeyFile(str(key_path), lambda: b"bench")
-        cpu0, wall0 = thread_cpu(), time.perf_counter()
-        key_file.load()
-        key_cpu, key_wall = thread_cpu() - cpu0, time.perf_counter() - wall0
+        key_file = KeyFiles(str(key_path), password=b"bench")
         rows: list[tuple[str, str, dict[str, float]]] = []
         with (
             run_registry(work / "registry") as registry,
@@ -167,9 +220,16 @@ def main() -> int:
                 label, shape, *cells
             )
         )
+    for n, cpu_ms, wall_ms, rss in key_rows:
+        written = " (what cosign writes)" if n == SCRYPT_N else ""
+        print(
+            f"key load, scrypt N={n}{written}, once per key change: cpu {cpu_ms:.0f} ms, "
+            f"wall {wall_ms:.0f} ms, peak RSS after {rss:.0f} MiB"
+        )
+    print(f"rotation check per signature (3 unchanged files read and hashed): {check_us:.0f} us")
     print(
-        f"key load (scrypt N=32768, once per key change): cpu {key_cpu * 1000:.0f} ms, "
-        f"wall {key_wall * 1000:.0f} ms"
+        f"a 4 GiB public key file refused in {refuse_ms:.1f} ms; "
+        f"peak RSS grew by {refuse_rss:.1f} MiB"
     )
     single = [r for _, shape, r in rows if shape == "1 arch"]
     worst = max(r["attest"] + r["verify"] for r in single)

@@ -15,7 +15,6 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from releasebot.builders import kaniko
@@ -24,9 +23,17 @@ from releasebot.domain.fleet import FLUO_PREFIX, GATE_VERSION_ANNOTATION
 from releasebot.domain.policy import IncompatiblePair, is_flatcar_channel
 from releasebot.domain.selectors import LabelSelector
 from releasebot.domain.versions import Arch, is_driver_branch
-from releasebot.edge.parse import ValueRefusedError, check_path, parse_listen_address, parse_url
+from releasebot.edge.parse import (
+    ValueRefusedError,
+    check_path,
+    check_regular_file,
+    parse_listen_address,
+    parse_url,
+    read_regular_file,
+)
 from releasebot.edge.redact import redact
 from releasebot.edge.retry import MAX_RETRIES
+from releasebot.edge.text import one_line
 
 T = TypeVar("T")
 Check = Callable[[str, Any], Any]
@@ -182,23 +189,40 @@ def database_url(key: str, value: str) -> str:
 
 
 def existing_file(key: str, value: str) -> str:
+    """Empty, or a regular file this process can read (checked the way it is read later:
+    a FIFO, a directory or an unreadable file is named as such, not as "not found")."""
     try:
         check_path(value)
     except ValueRefusedError as error:
         raise ConfigError(key, f"is not a usable path: {error}") from None
-    if value and not Path(value).is_file():
-        raise ConfigError(key, f"file {value} not found")
+    if value:
+        try:
+            check_regular_file(value)
+        except ValueRefusedError as error:
+            raise ConfigError(key, str(error)) from None
     return value
 
 
+MAX_CA_BUNDLE_BYTES = 4 * 1024 * 1024
+"""Debian's whole bundle of public CAs is about 220 KiB; a private CA is a few KiB."""
+
+
 def ca_file(key: str, value: str) -> str:
-    """A readable PEM bundle of CA certificates (checked now, not at the first request)."""
+    """A readable PEM bundle of CA certificates (checked now, not at the first request),
+    read within ``MAX_CA_BUNDLE_BYTES`` (OpenSSL would read a wrong path whole)."""
     existing_file(key, value)
     if value:
         try:
-            ssl.create_default_context(cafile=value)
-        except (ssl.SSLError, OSError, ValueError) as error:
-            raise ConfigError(key, f"{value} is not a PEM CA bundle ({error})") from None
+            pem = read_regular_file(value, MAX_CA_BUNDLE_BYTES).decode("ascii")
+            if "-----BEGIN CERTIFICATE-----" not in pem:  # cadata="" loads nothing, quietly
+                raise ValueError("no certificate in it")
+            ssl.create_default_context(cadata=pem)
+        except ValueRefusedError as error:
+            raise ConfigError(key, str(error)) from None
+        except (ssl.SSLError, ValueError) as error:  # UnicodeDecodeError is a ValueError
+            raise ConfigError(
+                key, f"{value} is not a PEM CA bundle ({one_line(str(error), 120)})"
+            ) from None
     return value
 
 

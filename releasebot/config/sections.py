@@ -208,10 +208,6 @@ class RecipeSettings:
     from failing the other's image."""
 
 
-MAX_PASSWORD_BYTES = 1024
-"""A key's password file holds one line; anything longer is the wrong file."""
-
-
 @dataclass(frozen=True)
 class SigningSettings:
     """Signatures, SBOM and provenance for every image releasebot publishes. Off while no
@@ -219,7 +215,9 @@ class SigningSettings:
 
     key_file: str = setting("", rules.existing_file)
     """The private key: cosign's ``cosign.key`` (encrypted PEM) or a PKCS #8 PEM, ECDSA
-    P-256, mounted from a Secret; read again when it changes. Empty: images are not signed."""
+    P-256, mounted from a Secret. Read with the password and public key files as one set
+    before every signature; a new set is taken once it belongs together
+    (``signing/keyfiles.py``). Empty: images are not signed."""
     password_file: str = setting("", rules.existing_file)
     """File holding the key's password (cosign's ``cosign.password``); or set
     ``RELEASEBOT_SIGNING_PASSWORD``. An unencrypted PEM needs neither."""
@@ -231,21 +229,6 @@ class SigningSettings:
     @property
     def enabled(self) -> bool:
         return bool(self.key_file)
-
-    def password_bytes(self) -> bytes:
-        """The key's password: ``password``, else ``password_file`` without its final newline."""
-        if self.password or not self.password_file:
-            return self.password.encode()
-        try:
-            with open(self.password_file, "rb") as handle:
-                data = handle.read(MAX_PASSWORD_BYTES + 1)
-        except OSError as error:
-            raise ConfigError(
-                "signing.password_file", f"cannot read {self.password_file}: {error.strerror}"
-            ) from None
-        if len(data) > MAX_PASSWORD_BYTES:
-            raise ConfigError("signing.password_file", f"is over {MAX_PASSWORD_BYTES} bytes")
-        return data.rstrip(b"\r\n")
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,16 @@ Deliberately not here: what any request means (the adapters), and watching.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TypeVar
 
 import httpx2
 import msgspec
+import yaml  # type: ignore[import-untyped]  # PyYAML (lightkube reads with it) ships no hints
 from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.core.generic_client import transform_exception
@@ -40,7 +43,7 @@ from releasebot.domain.errors import (
     ConfigError,
 )
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
-from releasebot.edge.parse import parse_content_length
+from releasebot.edge.parse import ValueRefusedError, parse_content_length, read_regular_file
 from releasebot.edge.retry import (
     RetryPolicy,
     Sleep,
@@ -100,7 +103,7 @@ def make_kube_client(
     key = "kubeconfig" if kubeconfig is not None else "kubernetes"
     try:
         if kubeconfig is not None:
-            config = KubeConfig.from_file(kubeconfig)
+            config = _read_kubeconfig(kubeconfig)
         else:
             config = KubeConfig.from_service_account()
         client = Client(
@@ -109,6 +112,8 @@ def make_kube_client(
             timeout=httpx2.Timeout(timeout.total_seconds()),
             field_manager="releasebot",
         )
+    except ValueRefusedError as error:  # the file itself: a FIFO, too big, unreadable
+        raise ConfigError(key, str(error)) from None
     # Loading a kubeconfig fails in library-specific ways (lightkube's ConfigError, YAML,
     # msgspec, a missing environment variable or CA file): all mean the same to the user.
     except Exception as error:
@@ -121,6 +126,20 @@ def make_kube_client(
     http: httpx2.Client = client._client._client
     http.event_hooks["response"].append(check_answer)
     return client
+
+
+MAX_KUBECONFIG_BYTES = 1024 * 1024
+"""A kubeconfig with a few clusters and inline certificates is tens of KiB."""
+
+
+def _read_kubeconfig(path: str) -> KubeConfig:
+    """lightkube's ``KubeConfig.from_file``, but read through the one bounded file reader
+    (``from_file`` reads any file whole, and waits forever on a FIFO)."""
+    data = read_regular_file(os.path.expanduser(path), MAX_KUBECONFIG_BYTES)
+    document = yaml.safe_load(data.decode("utf-8"))
+    if not isinstance(document, dict):
+        raise ValueRefusedError(f"{path} is not a kubeconfig (a YAML mapping)")
+    return KubeConfig.from_dict(document, fname=Path(path).expanduser())
 
 
 def check_answer(response: httpx2.Response) -> None:

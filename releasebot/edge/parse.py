@@ -14,15 +14,20 @@ Deliberately not here: what a value means (the settings' rules, the adapters), a
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import SplitResult, urlsplit
 
 __all__ = [
     "MAX_DIGITS",
+    "FileRefusedError",
     "ValueRefusedError",
     "check_path",
+    "check_regular_file",
     "is_ascii_digits",
     "parse_content_length",
     "parse_decimal",
@@ -44,6 +49,21 @@ _DIGITS = frozenset("0123456789")
 
 class ValueRefusedError(ValueError):
     """A value from outside that is not of its kind; ``str()`` is one line."""
+
+
+class FileRefusedError(ValueRefusedError):
+    """A file ``read_regular_file`` would not or could not read. Besides the one line, for
+    callers that word or classify it themselves (the ``file://`` feed reader): ``problem``
+    (``missing``, ``not-regular``, ``too-large``, ``unreadable``), ``kind`` (what a
+    non-regular file is: ``a directory``, ``a FIFO``…) and the OS ``errno``."""
+
+    def __init__(
+        self, message: str, problem: str, *, kind: str = "", errno: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.kind = kind
+        self.errno = errno
 
 
 def is_ascii_digits(text: str) -> bool:
@@ -184,32 +204,83 @@ def check_path(text: str) -> str:
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     """The bytes of a regular file of at most ``max_bytes``; never blocks, never eats memory.
 
-    Opened non-blocking (a FIFO would wait for a writer), checked to be a regular file
-    after opening (a directory, ``/dev/zero``, a socket are refused), then read at most
-    ``max_bytes + 1``. ``ValueRefusedError`` with one line for every refusal, OS errors
-    included.
+    The one way releasebot reads a file it is pointed at (a key, a password, a token, a CA
+    bundle, a kubeconfig, a Docker config, the settings): opened non-blocking (a FIFO would
+    wait for a writer), checked to be a regular file after opening (a directory,
+    ``/dev/zero``, a socket are refused), then read at most ``max_bytes + 1``.
+    ``ValueRefusedError`` with one line naming the path and the problem: ``not found``,
+    ``permission denied``, ``is a directory``, ``is a FIFO, not a regular file``, ``is
+    larger than N KiB``; the caller names the setting and what to do.
     """
+    with _opened(path) as (descriptor, shown):
+        try:
+            with os.fdopen(descriptor, "rb", buffering=0, closefd=False) as file:
+                data = file.read(max_bytes + 1)
+        except OSError as error:
+            message = f"cannot read {shown}: {_reason(error)}"
+            raise FileRefusedError(message, "unreadable", errno=error.errno) from None
+    if data is None or len(data) > max_bytes:
+        raise FileRefusedError(f"{shown} is larger than {_size(max_bytes)}", "too-large")
+    return data
+
+
+def check_regular_file(path: str | os.PathLike[str]) -> None:
+    """``path`` names a regular file this process may read (what ``read_regular_file``
+    checks before reading); ``ValueRefusedError`` with the same one-line reasons else."""
+    with _opened(path):
+        pass
+
+
+@contextmanager
+def _opened(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    """A descriptor on the regular file ``path`` and the path as messages show it."""
     shown = _path_shown(os.fspath(path))
     check_path(os.fspath(path))
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise ValueRefusedError(f"file {shown} not found") from None
+    except FileNotFoundError as error:
+        raise FileRefusedError(f"file {shown} not found", "missing", errno=error.errno) from None
     except OSError as error:
-        raise ValueRefusedError(f"cannot open {shown}: {error.strerror or error}") from None
+        mode = _mode_or_none(path)  # a socket cannot be opened (ENXIO): name what it is
+        if mode is not None and not stat.S_ISREG(mode):
+            kind = _kind(mode)
+            message = f"{shown} is {kind}, not a regular file"
+            raise FileRefusedError(message, "not-regular", kind=kind) from None
+        message = f"cannot open {shown}: {_reason(error)}"
+        raise FileRefusedError(message, "unreadable", errno=error.errno) from None
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):  # checked on what was opened: no race with a rename
-            raise ValueRefusedError(f"{shown} is {_kind(mode)}, not a regular file")
-        with os.fdopen(descriptor, "rb", buffering=0, closefd=False) as file:
-            data = file.read(max_bytes + 1)
-    except OSError as error:
-        raise ValueRefusedError(f"cannot read {shown}: {error.strerror or error}") from None
+            kind = _kind(mode)
+            message = f"{shown} is {kind}, not a regular file"
+            raise FileRefusedError(message, "not-regular", kind=kind)
+        yield descriptor, shown
     finally:
         os.close(descriptor)
-    if data is None or len(data) > max_bytes:
-        raise ValueRefusedError(f"{shown} is larger than {max_bytes} bytes")
-    return data
+
+
+def _mode_or_none(path: str | os.PathLike[str]) -> int | None:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return None
+
+
+def _reason(error: OSError) -> str:
+    """An OS error in words a person acts on (``strerror`` is capitalised, and may be absent)."""
+    if isinstance(error, PermissionError):
+        return "permission denied (check the file's owner and mode, or the Secret's defaultMode)"
+    if error.errno == errno.ENOTDIR:
+        return "a part of the path is not a directory"
+    return (error.strerror or f"error {error.errno}").lower()
+
+
+def _size(count: int) -> str:
+    if count % (1024 * 1024) == 0:
+        return f"{count // (1024 * 1024)} MiB"
+    if count % 1024 == 0:
+        return f"{count // 1024} KiB"
+    return f"{count} bytes"
 
 
 def read_secret_file(path: str | os.PathLike[str], max_bytes: int = MAX_SECRET_BYTES) -> str:
@@ -233,8 +304,10 @@ def _kind(mode: int) -> str:
         return "a directory"
     if stat.S_ISFIFO(mode):
         return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"

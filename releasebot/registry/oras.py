@@ -31,7 +31,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, NoReturn, cast
 from urllib.parse import urljoin, urlsplit
 
@@ -45,6 +44,7 @@ from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
 from releasebot.domain.versions import Arch
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
+from releasebot.edge.parse import ValueRefusedError, check_regular_file
 from releasebot.edge.redirects import RedirectPolicy, RedirectRefusedError
 from releasebot.edge.retry import (
     RetryPolicy,
@@ -145,8 +145,11 @@ class OrasRegistry:
             raise ValueError(f"repository must be host[:port]/path, got {repository!r}")
         if timeout <= timedelta(0) or page_size < 1:
             raise ValueError("timeout and page_size must be positive")
-        if ca_file is not None and tls_verify and not insecure and not Path(ca_file).is_file():
-            raise RegistryError(f"registry {host}: CA file {ca_file} not found")
+        if ca_file is not None and tls_verify and not insecure:
+            try:
+                check_regular_file(ca_file)  # a FIFO is not "not found", nor read by requests
+            except ValueRefusedError as error:
+                raise RegistryError(f"registry {host}: CA file: {error}") from None
         self._repository = repository
         self._host = host
         self._base = f"{'http' if insecure else 'https'}://{host}/v2/{name}"

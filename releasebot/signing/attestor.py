@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from releasebot.domain.attestation import Attestation, AttestationRequest, Material, Verification
-from releasebot.domain.errors import SigningError
+from releasebot.domain.errors import SigningError, VerificationError
 from releasebot.domain.ports import ArtifactRegistry, MaterialSource
 from releasebot.signing import (
     CYCLONEDX,
@@ -48,6 +48,7 @@ from releasebot.signing import (
 )
 from releasebot.signing import formats as oci
 from releasebot.signing.documents import Builder, render_provenance, render_sbom
+from releasebot.signing.keyfiles import KeyPair
 from releasebot.signing.keys import SigningKey, VerifyingKey
 from releasebot.signing.verifier import SignatureVerifier, layer_verifies, read_layers
 
@@ -55,42 +56,44 @@ log = logging.getLogger("releasebot.signing")
 
 
 class RegistryAttestor:
-    """Signs with ``key()`` (called once per ``attest``), verifies with ``public``."""
+    """Signs with ``keys()`` (called once per ``attest``: the pair in force now, which a
+    key rotation changes), verifies with that pair's public key."""
 
     def __init__(
         self,
         artifacts: ArtifactRegistry,
         *,
-        key: Callable[[], SigningKey],
-        public: VerifyingKey,
+        keys: Callable[[], KeyPair],
         builder: Builder,
         materials: MaterialSource | None = None,
     ) -> None:
         self._artifacts = artifacts
-        self._key = key
-        self._public = public
+        self._keys = keys
         self._builder = builder
         self._materials = materials
-        self._verifier = SignatureVerifier(artifacts, public)
         self._told_fallback = False
         self._lock = threading.Lock()
+        self._attested_with: VerifyingKey | None = None
 
     def __repr__(self) -> str:
-        return f"RegistryAttestor({self._artifacts.repository!r}, {self._public.fingerprint})"
+        return f"RegistryAttestor({self._artifacts.repository!r})"
 
     @property
     def fingerprint(self) -> str:
-        return self._public.fingerprint
+        return self._keys().fingerprint
 
     # -- attaching ---------------------------------------------------------------------
 
     def attest(self, request: AttestationRequest) -> Attestation:
-        key = self._key()
-        if key.public.fingerprint != self._public.fingerprint:
+        pair = self._keys()
+        key, public = pair.signing, pair.public
+        if key.public.fingerprint != public.fingerprint:
             raise SigningError(
                 f"the signing key ({key.public.fingerprint}) does not belong to the "
-                f"configured public key ({self._public.fingerprint})"
+                f"configured public key ({public.fingerprint})"
             )
+        with self._lock:
+            self._attested_with = public
         materials = self._collect_materials(request)
         subject = self._descriptor(request.digest)
         for digest in request.signed_digests:
@@ -120,7 +123,7 @@ class RegistryAttestor:
                 self._signature_referrer(digest)
         else:
             self._update_referrers_tag(request.digest, [entry for entry, _ in referrers])
-        return Attestation(self.fingerprint, request.signed_digests, api)
+        return Attestation(public.fingerprint, request.signed_digests, api)
 
     def _collect_materials(self, request: AttestationRequest) -> list[Material]:
         found: dict[str, Material] = {}
@@ -153,15 +156,9 @@ class RegistryAttestor:
         existing = self._layers(tag)
         if any(_same_layer(item, layer) for item in existing):
             return
-        kept = [item for item in existing if not self._is_ours(item, payload)]
+        kept = [item for item in existing if not _is_ours(key.public, item, payload)]
         self._artifacts.push_blob(payload)
         self._push_image(tag, [*kept, layer])
-
-    def _is_ours(self, layer: dict[str, Any], payload: bytes) -> bool:
-        """An older layer with the same payload signed by this key (replaced, not doubled)."""
-        return layer.get("digest") == oci.sha256_digest(payload) and layer_verifies(
-            self._public, layer, payload
-        )
 
     def _attach_attestations(self, digest: str, envelopes: Sequence[tuple[bytes, str]]) -> None:
         tag = oci.attestation_tag(digest)
@@ -241,7 +238,24 @@ class RegistryAttestor:
     # -- verifying ---------------------------------------------------------------------
 
     def verify(self, reference: str) -> Verification:
-        return self._verifier.verify(reference)
+        """Checked against the pair in force now and, should a rotation have come between,
+        the public key the last ``attest`` signed with (each publish attests, then verifies)."""
+        current = self._keys().public
+        with self._lock:
+            recent = self._attested_with
+        try:
+            return SignatureVerifier(self._artifacts, current).verify(reference)
+        except VerificationError:
+            if recent is None or recent.fingerprint == current.fingerprint:
+                raise
+        return SignatureVerifier(self._artifacts, recent).verify(reference)
+
+
+def _is_ours(public: VerifyingKey, layer: dict[str, Any], payload: bytes) -> bool:
+    """An older layer with the same payload signed by this key (replaced, not doubled)."""
+    return layer.get("digest") == oci.sha256_digest(payload) and layer_verifies(
+        public, layer, payload
+    )
 
 
 def _envelope(key: SigningKey, statement: bytes) -> bytes:

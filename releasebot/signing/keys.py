@@ -3,18 +3,23 @@
 cosign's ``generate-key-pair`` writes the private key as PEM type ``ENCRYPTED SIGSTORE
 PRIVATE KEY`` (``ENCRYPTED COSIGN PRIVATE KEY`` before cosign 2.3). The PEM body is JSON::
 
-    {"kdf": {"name": "scrypt", "params": {"N": 32768, "r": 8, "p": 1}, "salt": "<b64>"},
+    {"kdf": {"name": "scrypt", "params": {"N": 65536, "r": 8, "p": 1}, "salt": "<b64>"},
      "cipher": {"name": "nacl/secretbox", "nonce": "<b64, 24 bytes>"},
      "ciphertext": "<b64: secretbox(PKCS #8 DER of the key)>"}
 
-The secretbox key is scrypt(password, salt, N, r, p, 32 bytes). Only those exact scrypt
-parameters are accepted (as cosign does): a file cannot make releasebot spend gigabytes of
-memory on a hostile N. An unencrypted PKCS #8 (``PRIVATE KEY``) or SEC 1 (``EC PRIVATE
-KEY``) PEM is read too. Public keys are PKIX ``PUBLIC KEY`` PEMs, as ``cosign.pub``.
+The secretbox key is scrypt(password, salt, N, r, p, 32 bytes). cosign encrypts through
+go-securesystemslib's ``encrypted`` package, which writes N=65536 (since cosign v0.7.0;
+N=32768 before) and reads exactly three parameter sets: N = 2**15, 2**16 or 2**17, each
+with r=8 and p=1. Those three are accepted here too, and nothing else: scrypt needs
+128 * r * N bytes of memory, so the largest costs 128 MiB and about half a second once per
+key change, while a hostile file asking for N=2**30 would cost 128 GiB. ``encrypt_key``
+writes what cosign writes today (N=65536). An unencrypted PKCS #8 (``PRIVATE KEY``) or
+SEC 1 (``EC PRIVATE KEY``) PEM is read too. Public keys are PKIX ``PUBLIC KEY`` PEMs, as
+``cosign.pub``.
 
 Every error names the file and the problem, never a byte of the key or the password.
 Deliberately not here: RSA and Ed25519 keys (cosign's default and every policy example is
-ECDSA P-256), KMS and hardware keys.
+ECDSA P-256), keys encrypted by OpenSSL (refused with what to do), KMS and hardware keys.
 """
 
 from __future__ import annotations
@@ -24,8 +29,6 @@ import binascii
 import hashlib
 import json
 import secrets
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidSignature
@@ -39,12 +42,21 @@ from releasebot.domain.errors import SigningError
 from releasebot.edge.text import one_line
 
 ENCRYPTED_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
-SCRYPT_N, SCRYPT_R, SCRYPT_P = 32768, 8, 1
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 65536, 8, 1
+"""What ``encrypt_key`` writes: go-securesystemslib's "standard" set, cosign's since v0.7.0."""
+SCRYPT_ACCEPTED = frozenset({(2**15, 8, 1), (2**16, 8, 1), (2**17, 8, 1)})
+"""(N, r, p) sets cosign reads (go-securesystemslib ``CheckParams``: legacy, standard,
+OWASP); at most 128 * 8 * 2**17 bytes = 128 MiB of memory."""
 SALT_BYTES = 32
 MAX_KEY_FILE_BYTES = 16 * 1024
 """A PEM key is a few hundred bytes; anything much bigger is not one."""
-_SCRYPT_MAXMEM = 64 * 1024 * 1024  # 128 * r * N = 32 MiB, plus headroom
+_SCRYPT_MAXMEM = max(128 * r * n for n, r, _ in SCRYPT_ACCEPTED) + 1024 * 1024  # + B, p*128*r
 _DETERMINISTIC = bool(openssl_backend.ecdsa_deterministic_supported())
+
+
+class WrongPasswordError(SigningError):
+    """The key did not decrypt with the password: a wrong password, or a key and a
+    password from two different pairs (halfway through a rotation)."""
 
 
 @dataclass(frozen=True)
@@ -103,46 +115,13 @@ class SigningKey:
         return f"SigningKey({self.public.fingerprint})"
 
 
-class KeyFile:
-    """The private key in a mounted file, read again when the file changes.
-
-    A rotated Secret is picked up without a restart, and a broken one fails the next
-    signature (with a reason) instead of the process. ``password`` is called only when the
-    file changed; decrypting costs one scrypt run (about 0.1 s and 32 MiB).
-    """
-
-    def __init__(self, path: str, password: Callable[[], bytes]) -> None:
-        self._path = path
-        self._password = password
-        self._seen: tuple[bytes, SigningKey] | None = None
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"KeyFile({self._path!r})"
-
-    def load(self) -> SigningKey:
-        try:
-            with open(self._path, "rb") as handle:
-                pem = handle.read(MAX_KEY_FILE_BYTES + 1)
-        except OSError as error:
-            raise SigningError(
-                f"signing key {self._path}: cannot read it: {error.strerror}"
-            ) from None
-        digest = hashlib.sha256(pem).digest()
-        with self._lock:
-            if self._seen is not None and self._seen[0] == digest:
-                return self._seen[1]
-            key = load_signing_key(pem, self._password(), source=self._path)
-            self._seen = (digest, key)
-            return key
-
-
 def generate_key() -> SigningKey:
     return SigningKey(ec.generate_private_key(ec.SECP256R1()))
 
 
 def load_signing_key(pem: bytes, password: bytes, *, source: str) -> SigningKey:
     """The private key in ``pem`` (one of the formats above); ``source`` names it in errors."""
+    _refuse_openssl_encryption(pem, source)
     kind, body = _pem_block(pem, source)
     if kind in ENCRYPTED_TYPES:
         der = _decrypt(body, password, source)
@@ -177,8 +156,11 @@ def load_verifying_key(pem: bytes, *, source: str) -> VerifyingKey:
     return VerifyingKey(key)
 
 
-def encrypt_key(key: SigningKey, password: bytes) -> bytes:
-    """``key`` as cosign writes it: an ``ENCRYPTED SIGSTORE PRIVATE KEY`` PEM."""
+def encrypt_key(key: SigningKey, password: bytes, *, scrypt_n: int = SCRYPT_N) -> bytes:
+    """``key`` as cosign writes it: an ``ENCRYPTED SIGSTORE PRIVATE KEY`` PEM; ``scrypt_n``
+    another N cosign reads (32768 for a key as cosign before v0.7.0 wrote it)."""
+    if (scrypt_n, SCRYPT_R, SCRYPT_P) not in SCRYPT_ACCEPTED:
+        raise ValueError(f"scrypt N={scrypt_n} is not one cosign reads")
     der = key.key.private_bytes(
         serialization.Encoding.DER,
         serialization.PrivateFormat.PKCS8,
@@ -186,11 +168,12 @@ def encrypt_key(key: SigningKey, password: bytes) -> bytes:
     )
     salt = secrets.token_bytes(SALT_BYTES)
     nonce = secrets.token_bytes(SecretBox.NONCE_SIZE)
-    sealed = SecretBox(_derive(password, salt)).encrypt(der, nonce).ciphertext
+    box = SecretBox(_derive(password, salt, scrypt_n, SCRYPT_R, SCRYPT_P))
+    sealed = box.encrypt(der, nonce).ciphertext
     document = {
         "kdf": {
             "name": "scrypt",
-            "params": {"N": SCRYPT_N, "r": SCRYPT_R, "p": SCRYPT_P},
+            "params": {"N": scrypt_n, "r": SCRYPT_R, "p": SCRYPT_P},
             "salt": _b64(salt),
         },
         "cipher": {"name": "nacl/secretbox", "nonce": _b64(nonce)},
@@ -214,28 +197,48 @@ def _decrypt(body: bytes, password: bytes, source: str) -> bytes:
         raise SigningError(f"{problem}: not cosign's encrypted key format") from None
     if names != ("scrypt", "nacl/secretbox"):
         raise SigningError(f"{problem}: unsupported encryption {names[0]}/{names[1]}")
-    if chosen != (SCRYPT_N, SCRYPT_R, SCRYPT_P):
-        raise SigningError(f"{problem}: unexpected scrypt parameters {chosen}")
+    if chosen not in SCRYPT_ACCEPTED or not all(type(value) is int for value in chosen):
+        raise SigningError(
+            f"{problem}: unexpected scrypt parameters {one_line(repr(chosen), 80)} (cosign "
+            "writes and reads N=32768, 65536 or 131072 with r=8, p=1): make the key again "
+            "with cosign generate-key-pair"
+        )
     if len(nonce) != SecretBox.NONCE_SIZE or not salt:
         raise SigningError(f"{problem}: malformed nonce or salt")
     try:
-        return SecretBox(_derive(password, salt)).decrypt(sealed, nonce)
+        n, r, p = chosen
+        return SecretBox(_derive(password, salt, n, r, p)).decrypt(sealed, nonce)
     except CryptoError:
-        raise SigningError(
+        raise WrongPasswordError(
             f"{problem}: cannot decrypt it: wrong password (signing.password / "
             "signing.password_file) or a damaged file"
         ) from None
 
 
-def _derive(password: bytes, salt: bytes) -> bytes:
+def _derive(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
     return hashlib.scrypt(
         password,
         salt=salt,
-        n=SCRYPT_N,
-        r=SCRYPT_R,
-        p=SCRYPT_P,
+        n=n,
+        r=r,
+        p=p,
         maxmem=_SCRYPT_MAXMEM,
         dklen=SecretBox.KEY_SIZE,
+    )
+
+
+def _refuse_openssl_encryption(pem: bytes, source: str) -> None:
+    """OpenSSL's own encryptions, named with what to do (not "PEM body is not base64")."""
+    if b"-----BEGIN ENCRYPTED PRIVATE KEY-----" in pem:
+        how = "openssl pkcs8 -in KEY -out plain.key"
+    elif b"Proc-Type: 4,ENCRYPTED" in pem:
+        how = "openssl ec -in KEY -out plain.key"
+    else:
+        return
+    raise SigningError(
+        f"signing key {source}: encrypted by OpenSSL, which releasebot does not read: "
+        f"decrypt it ({how}) and mount plain.key (the Secret protects it), or make a new "
+        "pair with cosign generate-key-pair"
     )
 
 

@@ -3,9 +3,11 @@
 The lowest module of the wiring (``core`` builds the registry and calls in here), so it
 takes the registry and the HTTP client it signs with as arguments.
 
-Signing is on exactly when ``signing.key_file`` is set. The key is loaded once here, so a
-missing file, a wrong password or a foreign key type stop the start with a ``ConfigError``
-naming the setting; afterwards ``KeyFile`` re-reads it when the mounted Secret changes.
+Signing is on exactly when ``signing.key_file`` is set. The key files are read once here,
+so a missing or unreadable file, a wrong password, a foreign key type or a public key that
+is not the key's half stop the start with a ``ConfigError`` naming the setting; afterwards
+``KeyFiles`` reads them as one set before every signature and takes a rotated set once it
+belongs together.
 Imports of cryptography, NaCl and the SBOM/provenance libraries happen only in here, only
 when called, so ``releasebot --help`` and ``demo`` do not pay for them.
 """
@@ -13,8 +15,7 @@ when called, so ``releasebot --help`` and ``demo`` do not pay for them.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -23,10 +24,12 @@ from releasebot.config import Settings
 from releasebot.domain.errors import ConfigError, SigningError
 from releasebot.domain.ports import Attestor, Registry
 from releasebot.domain.versions import is_oci_tag
+from releasebot.edge.parse import ValueRefusedError, read_regular_file
 from releasebot.edge.text import one_line
 
 if TYPE_CHECKING:
     from releasebot.domain.attestation import Verification
+    from releasebot.signing.keyfiles import KeyFiles
     from releasebot.signing.keys import VerifyingKey
 
 log = logging.getLogger("releasebot.signing")
@@ -44,34 +47,26 @@ def make_attestor(settings: Settings, registry: Registry, http: httpx.Client) ->
     from releasebot.registry.oras import OrasRegistry
     from releasebot.signing.attestor import RegistryAttestor
     from releasebot.signing.documents import Builder
-    from releasebot.signing.keys import KeyFile
+    from releasebot.signing.keyfiles import KeyFileError
     from releasebot.sources.artifacts import HttpArtifactSource
     from releasebot.sources.materials import HttpMaterialSource
 
     if not isinstance(registry, OrasRegistry):
         return None  # an in-memory registry (demo): nothing to attach to
-    key_file = KeyFile(signing.key_file, signing.password_bytes)
+    keys = key_files(settings)
     try:
-        key = key_file.load()
-    except SigningError as error:
-        raise ConfigError("signing.key_file", str(error)) from None
-    public = _public_key(settings) or key.public
-    if public.fingerprint != key.public.fingerprint:
-        raise ConfigError(
-            "signing.public_key_file",
-            f"is {public.fingerprint}, not the public half of signing.key_file "
-            f"({key.public.fingerprint})",
-        )
+        pair = keys.load()
+    except KeyFileError as error:
+        raise ConfigError(error.setting, str(error)) from None
     artifacts = HttpArtifactSource(
         http,
         flatcar_base_url=settings.recipe.flatcar_base_url,
         nvidia_base_url=settings.recipe.nvidia_base_url,
     )
-    log.info("images are signed with key %s", public.fingerprint)
+    log.info("images are signed with key %s", pair.fingerprint)
     return RegistryAttestor(
         OrasArtifacts(registry),
-        key=key_file.load,
-        public=public,
+        keys=keys.load,
         builder=Builder(__version__, settings.kaniko.executor_image, settings.kaniko.context),
         # The inputs' digests come from where the readiness gate found them; a recipe that
         # fetches from elsewhere (check_inputs off) gets a provenance without them.
@@ -84,9 +79,8 @@ def verify_published(settings: Settings, registry: Registry, tag: str) -> Verifi
     them against the public key; ``VerificationError`` says what does not check out."""
     from releasebot.registry.artifacts import OrasArtifacts
     from releasebot.registry.oras import OrasRegistry
-    from releasebot.signing.attestor import RegistryAttestor
-    from releasebot.signing.documents import Builder
-    from releasebot.signing.keys import KeyFile
+    from releasebot.signing.keyfiles import KeyFileError
+    from releasebot.signing.verifier import SignatureVerifier
 
     if not is_oci_tag(tag):
         raise ConfigError("TAG", f"{one_line(tag, 130)!r} is not an image tag")
@@ -98,35 +92,35 @@ def verify_published(settings: Settings, registry: Registry, tag: str) -> Verifi
                 "signing.public_key_file", "set it (cosign.pub) or signing.key_file to verify"
             )
         try:
-            public = KeyFile(signing.key_file, signing.password_bytes).load().public
-        except SigningError as error:
-            raise ConfigError("signing.key_file", str(error)) from None
+            public = key_files(settings).load().public
+        except KeyFileError as error:
+            raise ConfigError(error.setting, str(error)) from None
     if not isinstance(registry, OrasRegistry):
         raise ConfigError("registry.repository", "releasebot verify needs a real registry")
+    return SignatureVerifier(OrasArtifacts(registry), public).verify(tag)
 
-    def no_signing() -> NoReturn:
-        raise SigningError("releasebot verify never signs")
 
-    attestor = RegistryAttestor(
-        OrasArtifacts(registry),
-        key=no_signing,
-        public=public,
-        builder=Builder(__version__, settings.kaniko.executor_image),
+def key_files(settings: Settings) -> KeyFiles:
+    """The ``[signing]`` files as one set (``signing/keyfiles.py``)."""
+    from releasebot.signing.keyfiles import KeyFiles
+
+    signing = settings.signing
+    return KeyFiles(
+        signing.key_file,
+        password=signing.password.encode(),
+        password_path=signing.password_file,
+        public_path=signing.public_key_file,
     )
-    return attestor.verify(tag)
 
 
 def _public_key(settings: Settings) -> VerifyingKey | None:
-    from releasebot.signing.keys import load_verifying_key
+    """The public key file alone (``releasebot verify`` needs no private key)."""
+    from releasebot.signing.keys import MAX_KEY_FILE_BYTES, load_verifying_key
 
     path = settings.signing.public_key_file
     if not path:
         return None
     try:
-        return load_verifying_key(Path(path).read_bytes()[: 64 * 1024], source=path)
-    except OSError as error:
-        raise ConfigError(
-            "signing.public_key_file", f"cannot read {path}: {error.strerror}"
-        ) from None
-    except SigningError as error:
+        return load_verifying_key(read_regular_file(path, MAX_KEY_FILE_BYTES), source=path)
+    except (ValueRefusedError, SigningError) as error:
         raise ConfigError("signing.public_key_file", str(error)) from None

@@ -28,7 +28,8 @@ from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.signing import formats as oci
 from releasebot.signing.attestor import RegistryAttestor
 from releasebot.signing.documents import Builder
-from releasebot.signing.keys import KeyFile, SigningKey, encrypt_key, generate_key
+from releasebot.signing.keyfiles import KeyFiles
+from releasebot.signing.keys import SigningKey, encrypt_key, generate_key
 from tests.e2e.test_reconcile import Rig, _rig, feeds  # noqa: F401 - the feeds fixture
 from tests.support.sigstore import find_skopeo
 
@@ -44,11 +45,10 @@ def signed_rig(
     request: pytest.FixtureRequest, arches: frozenset[Arch], key_file: Path
 ) -> Iterator[Rig]:
     for rig in _rig(request, arches):
-        keys = KeyFile(str(key_file), lambda: b"s3cret")
+        keys = KeyFiles(str(key_file), password=b"s3cret")
         rig.overrides["attestor"] = RegistryAttestor(
             OrasArtifacts(rig.registry),
-            key=keys.load,
-            public=keys.load().public,
+            keys=keys.load,
             builder=Builder("0.1.0", "ghcr.io/osscontainertools/kaniko:v1.28.0"),
         )
         yield rig

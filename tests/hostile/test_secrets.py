@@ -9,6 +9,13 @@ no recognisable form), nothing is known: the form alone must give it away.
 Then the CLI as a real process: the database URL's password in the userinfo, in
 ``?password=`` and ``?sslpassword=``, and a libpq keyword/value DSN given as the URL, a
 feed URL with a token; the error lines on stderr name the problem without the secret.
+
+Last, the files that hold secrets (``tests/data/hostile/secrets/files/``): every setting
+that names a file (signing key, password and public key; Slack token files; registry CA
+and Docker config; the HTTP CA bundle; the kubeconfig) pointed at a FIFO, a directory,
+``/dev/zero``, a missing path, a 4 GiB file, or a file of the wrong kind, and then used as
+releasebot uses it. Each must end in one line naming the setting and the real problem,
+quickly (a FIFO must not block), without reading the file whole.
 """
 
 from __future__ import annotations
@@ -16,17 +23,27 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from releasebot.config import load_settings
+from releasebot.domain.errors import ConfigError, RegistryAuthError
 from releasebot.domain.events import Event, EventKind, StoredEvent
+from releasebot.edge.kube import make_kube_client
 from releasebot.edge.redact import Redactor, redact
 from releasebot.logs import configure_logging
 from releasebot.notify.render import render_message
 from releasebot.notify.slack import SlackNotifier, make_web_client
+from releasebot.registry.oras import OrasRegistry
+from releasebot.signing.keys import encrypt_key, generate_key
+from releasebot.wiring.signing import make_attestor
+from tests.hostile.conftest import Case, assert_clean_line, body_of
+from tests.hostile.conftest import cases as hostile_cases
 from tests.support.feedserver import FeedServer
 from tests.support.hostile_cli import (
     assert_no_traceback,
@@ -180,3 +197,96 @@ def test_cli_error_masks_a_feed_url_token(tmp_path: Path, served_feeds: FeedServ
     assert outcome.code == 1, outcome.describe()
     assert_one_line_says(outcome.stderr, ["feed flatcar/stable", "404", "check the feed URL"])
     assert "FeedTok5" not in outcome.stderr + outcome.stdout
+
+
+# -- the files that hold secrets ----------------------------------------------------------
+
+FILE_SETTINGS = [
+    "signing.key_file",
+    "signing.password_file",
+    "signing.public_key_file",
+    "slack.bot_token_file",
+    "slack.signing_secret_file",
+    "slack.app_token_file",
+    "registry.ca_file",
+    "registry.docker_config",
+    "http.ca_bundle",
+    "kubernetes.kubeconfig",
+]
+FILE_CASES = [
+    pytest.param(case, setting, id=f"{case.name}-{setting}")
+    for case in (param.values[0] for param in hostile_cases("secrets/files"))
+    for setting in (FILE_SETTINGS if case["settings"] == "every" else case["settings"])
+]
+
+
+def _hostile_file(spec: dict[str, Any], directory: Path) -> str:
+    path = directory / "hostile"
+    kind = spec.get("kind")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "dev-zero":
+        return "/dev/zero"
+    elif kind == "sparse":
+        with open(path, "wb") as handle:
+            handle.truncate(int(spec["size"]))
+    elif kind != "missing":
+        path.write_bytes(body_of(spec["body"]))
+    return str(path)
+
+
+def _use(setting: str, environ: dict[str, str]) -> None:
+    """Load the settings and use the file as releasebot does."""
+    settings = load_settings(None, environ)
+    section, _, key = setting.partition(".")
+    if section == "slack":
+        settings.slack.secret(key.removesuffix("_file"))
+    elif section == "signing":
+        registry = OrasRegistry("127.0.0.1:9/nvidia/driver", insecure=True, retries=0)
+        try:
+            with httpx.Client() as http:
+                make_attestor(settings, registry, http)
+        finally:
+            registry.close()
+    elif setting == "registry.docker_config":
+        OrasRegistry(
+            "127.0.0.1:9/nvidia/driver", insecure=True, docker_config=environ[_env(setting)]
+        ).close()
+    elif setting == "kubernetes.kubeconfig":
+        make_kube_client(settings.kubernetes.kubeconfig)
+
+
+def _env(setting: str) -> str:
+    return "RELEASEBOT_" + setting.replace(".", "_").upper()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("case", "setting"), FILE_CASES)
+def test_a_hostile_secret_file_is_one_line_naming_the_setting(
+    case: Case, setting: str, tmp_path: Path
+) -> None:
+    key = generate_key()
+    good = {
+        "signing.key_file": encrypt_key(key, b"pw"),
+        "signing.password_file": b"pw\n",
+        "signing.public_key_file": key.public.pem,
+    }
+    environ: dict[str, str] = {}
+    if setting.startswith("signing."):
+        for name, body in good.items():
+            (tmp_path / name).write_bytes(body)
+            environ[_env(name)] = str(tmp_path / name)
+    environ[_env(setting)] = _hostile_file(case["file"], tmp_path)
+    with pytest.raises((ConfigError, RegistryAuthError)) as caught:
+        _use(setting, environ)
+    message = str(caught.value)
+    assert_clean_line(message, case["problem"])
+    assert_no_traceback(message)
+    if isinstance(caught.value, ConfigError):
+        # make_kube_client (edge) knows no setting names: it says "kubeconfig"
+        assert caught.value.key in (setting, _env(setting), "kubeconfig"), message
+    else:
+        assert "docker config" in message
+    assert "pw" not in message.replace(str(tmp_path), "")

@@ -39,6 +39,7 @@ from releasebot.signing import CYCLONEDX, IN_TOTO, SIGNATURE_ANNOTATION
 from releasebot.signing import formats as oci
 from releasebot.signing.attestor import RegistryAttestor
 from releasebot.signing.documents import Builder
+from releasebot.signing.keyfiles import KeyPair
 from releasebot.signing.keys import SigningKey, encrypt_key, generate_key
 from tests.support.referrersproxy import run_referrers_proxy
 from tests.support.registryserver import RunningRegistry
@@ -85,8 +86,7 @@ def artifacts(plain_registry: RunningRegistry, registry_name: str) -> Iterator[O
 def attestor(artifacts: OrasArtifacts, key: SigningKey) -> RegistryAttestor:
     return RegistryAttestor(
         artifacts,
-        key=lambda: key,
-        public=key.public,
+        keys=lambda: KeyPair.of(key),
         builder=Builder("0.1.0", "ghcr.io/osscontainertools/kaniko:v1.28.0@sha256:" + "1" * 64),
         materials=FixedMaterials(),
     )

@@ -8,6 +8,9 @@ the redirect rules with an injected resolver (a public origin cannot be played o
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,7 @@ from releasebot.edge.parse import (
 from releasebot.edge.redirects import MAX_REDIRECTS, RedirectPolicy, RedirectRefusedError
 from releasebot.edge.retry import parse_retry_after
 from releasebot.edge.text import one_line
+from tests.support.tools import missing_tool
 
 # -- the bounded JSON reader ---------------------------------------------------------------
 
@@ -188,10 +192,44 @@ def test_regular_files_only_and_bounded(tmp_path: Path) -> None:
         read_regular_file(fifo, 10)  # opened non-blocking: no writer needed to refuse it
     with pytest.raises(ValueRefusedError, match="is a directory"):
         read_regular_file(tmp_path, 10)
-    with pytest.raises(ValueRefusedError, match="is a device"):
+    with pytest.raises(ValueRefusedError, match="is a character device"):
         read_regular_file("/dev/zero", 10)
     with pytest.raises(ValueRefusedError, match="not found"):
         read_regular_file(tmp_path / "missing", 10)
+
+
+def test_an_unreadable_file_says_permission_denied(tmp_path: Path) -> None:
+    """As root (CI) the mode is no obstacle: the read runs as ``nobody`` through setpriv."""
+    secret = tmp_path / "cosign.key"
+    secret.write_bytes(b"key")
+    secret.chmod(0)
+    probe = (
+        "import sys\n"
+        "from releasebot.edge.parse import ValueRefusedError, read_regular_file\n"
+        "try:\n"
+        f"    read_regular_file({str(secret)!r}, 10)\n"
+        "except ValueRefusedError as error:\n"
+        "    print(error)\n"
+    )
+    argv = [sys.executable, "-c", probe]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            missing_tool("setpriv (util-linux) runs the read as nobody")
+        argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--", *argv]
+    root = str(Path(__file__).resolve().parents[2])
+    shown = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert shown.stdout.strip() == (
+        f"cannot open {secret}: permission denied (check the file's owner and mode, or the "
+        "Secret's defaultMode)"
+    ), shown.stderr
 
 
 def test_secret_files(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from releasebot.signing import CYCLONEDX
 from releasebot.signing import formats as oci
 from releasebot.signing.attestor import RegistryAttestor
 from releasebot.signing.documents import Builder
+from releasebot.signing.keyfiles import KeyPair
 from releasebot.signing.keys import generate_key
 from tests.support.targets import make_target
 
@@ -78,7 +79,7 @@ def test_attestor_on_memory_attaches_and_verifies(api: bool) -> None:
     artifacts = MemoryArtifacts(referrers_api=api)
     key = generate_key()
     signer = RegistryAttestor(
-        artifacts, key=lambda: key, public=key.public, builder=Builder("0.1.0", "k/kaniko:v1")
+        artifacts, keys=lambda: KeyPair.of(key), builder=Builder("0.1.0", "k/kaniko:v1")
     )
     request = _request(artifacts)
     attached = signer.attest(request)
@@ -93,7 +94,7 @@ def test_an_sbom_swapped_by_someone_else_is_caught() -> None:
     artifacts = MemoryArtifacts()
     key = generate_key()
     signer = RegistryAttestor(
-        artifacts, key=lambda: key, public=key.public, builder=Builder("0.1.0", "k/kaniko:v1")
+        artifacts, keys=lambda: KeyPair.of(key), builder=Builder("0.1.0", "k/kaniko:v1")
     )
     request = _request(artifacts)
     signer.attest(request)
@@ -128,7 +129,9 @@ def test_a_key_that_does_not_match_the_public_key_signs_nothing() -> None:
     artifacts = MemoryArtifacts()
     key, other = generate_key(), generate_key()
     signer = RegistryAttestor(
-        artifacts, key=lambda: other, public=key.public, builder=Builder("0.1.0", "k/kaniko:v1")
+        artifacts,
+        keys=lambda: KeyPair(other, key.public),
+        builder=Builder("0.1.0", "k/kaniko:v1"),
     )
     request = _request(artifacts)
     with pytest.raises(SigningError, match="does not belong"):

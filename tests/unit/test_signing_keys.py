@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -14,7 +13,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from releasebot.domain.errors import SigningError
 from releasebot.signing.keys import (
-    KeyFile,
     encrypt_key,
     generate_key,
     load_signing_key,
@@ -39,7 +37,7 @@ def test_cosign_encrypted_key_round_trips_and_has_cosigns_layout() -> None:
     body = _body(pem)
     assert body["kdf"] == {
         "name": "scrypt",
-        "params": {"N": 32768, "r": 8, "p": 1},
+        "params": {"N": 65536, "r": 8, "p": 1},
         "salt": body["kdf"]["salt"],  # type: ignore[index]
     }
     assert body["cipher"]["name"] == "nacl/secretbox"  # type: ignore[index]
@@ -129,25 +127,25 @@ def test_repr_shows_the_fingerprint_only() -> None:
     assert repr(key) == f"SigningKey({key.public.fingerprint})"
 
 
-def test_key_file_rereads_a_rotated_key_and_reports_a_broken_one(tmp_path: Path) -> None:
-    path = tmp_path / "cosign.key"
-    first, second = generate_key(), generate_key()
-    path.write_bytes(encrypt_key(first, b"pw"))
-    calls: list[int] = []
-
-    def password() -> bytes:
-        calls.append(1)
-        return b"pw"
-
-    keys = KeyFile(str(path), password)
-    assert keys.load().public == first.public
-    assert keys.load().public == first.public
-    assert len(calls) == 1  # unchanged file: no second scrypt run
-    path.write_bytes(encrypt_key(second, b"pw"))
-    assert keys.load().public == second.public
-    path.write_text("garbage")
-    with pytest.raises(SigningError, match="not a PEM"):
-        keys.load()
-    path.unlink()
-    with pytest.raises(SigningError, match="cannot read"):
-        keys.load()
+@pytest.mark.parametrize(
+    ("form", "how"),
+    [
+        (serialization.PrivateFormat.PKCS8, "openssl pkcs8"),
+        (serialization.PrivateFormat.TraditionalOpenSSL, "openssl ec"),
+    ],
+    ids=["pkcs8-encrypted", "sec1-proc-type-encrypted"],
+)
+def test_a_key_encrypted_by_openssl_is_named_with_what_to_do(
+    form: serialization.PrivateFormat, how: str
+) -> None:
+    pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, form, serialization.BestAvailableEncryption(b"pw")
+    )
+    with pytest.raises(SigningError) as caught:
+        load_signing_key(pem, b"pw", source="/keys/cosign.key")
+    message = str(caught.value)
+    assert "encrypted by OpenSSL" in message
+    assert how in message
+    assert "cosign generate-key-pair" in message
+    assert "base64" not in message
+    assert "\n" not in message
