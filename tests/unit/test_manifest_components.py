@@ -153,12 +153,12 @@ def test_the_after_reboot_proof_grants_exactly_what_it_reads_and_writes(
             kubernetes_validate.validate(obj, version, strict=True)
         if obj["kind"] in ("Role", "ClusterRole"):
             assert all("*" not in rule["verbs"] + rule["resources"] for rule in obj["rules"])
-    if not also:  # alone, it turns nothing on in the workloads
-        assert not any(
-            var["name"] == "RELEASEBOT_FLEET_GATE"
-            for _, template in pod_templates(objects)
-            for var in bot_container(template).get("env", [])
-        )
+    templates = pod_templates(objects)
+    assert templates
+    for _, template in templates:  # it turns the proof on, and only the gate turns the gate on
+        env = {var["name"]: var.get("value") for var in bot_container(template).get("env", [])}
+        assert env["RELEASEBOT_FLEET_PROOF"] == "true"
+        assert ("RELEASEBOT_FLEET_GATE" in env) is bool(also)
 
 
 def test_without_the_component_the_fleet_is_read_and_the_gate_stays_off() -> None:
@@ -168,6 +168,7 @@ def test_without_the_component_the_fleet_is_read_and_the_gate_stays_off() -> Non
     for _, template in pod_templates(render("postgres")):
         names = {var["name"] for var in bot_container(template).get("env", [])}
         assert "RELEASEBOT_FLEET_GATE" not in names
+        assert "RELEASEBOT_FLEET_PROOF" not in names
 
 
 def test_the_prometheus_rule_watches_what_releasebot_exports(tmp_path: Path) -> None:
