@@ -6,14 +6,18 @@ labels, listed 500 per call, plus the GPU Operator's ClusterPolicy), SQLite, the
 files (tests/data: stable, lts-2024, NVIDIA), the in-memory registry and Job launcher. The
 fleet: 60 % on the current stable release, 20 % one behind, 10 % a release behind ``keep``,
 5 % about to reboot (FLUO's new-version, half of them at the before-reboot gate), the rest
-CPU, Ubuntu and unlabelled nodes as in the fixture. The reboot gate is on.
+CPU, Ubuntu and unlabelled nodes as in the fixture. The reboot gate is on, and so is the
+after-reboot proof: one node is back from FLUO's reboot (FLUO reboots one at a time), with
+the GPU Operator's driver and validator Pods on it in the fake API server.
 
 Prints, for a first cycle (empty store: every target new, every node a new history row)
 and steady cycles (nothing changed): wall and CPU time of the listing alone and of the
-whole cycle (list, record, poll, plan, registry check, launch, coverage, gate), API calls
-by kind, targets planned (and how many for the fleet), peak RSS. CPU is this thread's own
-(RUSAGE_THREAD): the fake API server's thread is not counted; RSS is the whole process's.
-The run fails if listing Nodes takes more than one call per 500 nodes (plus one).
+whole cycle (list, record, poll, plan, registry check, launch, coverage, proof, gate), API
+calls by kind (pod lists and log reads are the proof's), targets planned (and how many for
+the fleet), peak RSS. CPU is this thread's own (RUSAGE_THREAD): the fake API server's
+thread is not counted; RSS is the whole process's. The run fails if listing Nodes takes
+more than one call per 500 nodes (plus one), or the proof more than one pod list and one
+log read for the one node it proves.
 
     uv run python benchmarks/bench_fleet.py [--short] [--nodes N]
 """
@@ -40,6 +44,7 @@ sys.path.insert(0, str(REPO))
 from releasebot.builders.kaniko import KanikoOptions  # noqa: E402
 from releasebot.builders.memory import MemoryJobLauncher  # noqa: E402
 from releasebot.domain.fleet import (  # noqa: E402
+    FLUO_AFTER_REBOOT,
     FLUO_BEFORE_REBOOT,
     FLUO_NEW_VERSION,
     LIST_PAGE_SIZE,
@@ -47,12 +52,15 @@ from releasebot.domain.fleet import (  # noqa: E402
 )
 from releasebot.domain.models import TargetReason  # noqa: E402
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
+from releasebot.domain.proof import ProofRules  # noqa: E402
 from releasebot.domain.versions import Arch  # noqa: E402
 from releasebot.fleet.gate import KubernetesNodeAnnotator  # noqa: E402
 from releasebot.fleet.kubernetes import KubernetesFleetSource  # noqa: E402
+from releasebot.fleet.pods import KubernetesPodSource  # noqa: E402
 from releasebot.registry.memory import MemoryRegistry  # noqa: E402
 from releasebot.service.fleet import FleetService  # noqa: E402
 from releasebot.service.plan import FeedSpec, PlanService  # noqa: E402
+from releasebot.service.proof import ProofService  # noqa: E402
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService  # noqa: E402
 from releasebot.sources.fetch import HttpFeedFetcher  # noqa: E402
 from releasebot.sources.flatcar import parse_flatcar_feed  # noqa: E402
@@ -62,6 +70,7 @@ from releasebot.store.engine import make_engine  # noqa: E402
 from releasebot.store.sql import SqlStateStore  # noqa: E402
 from releasebot.wiring import utc_now  # noqa: E402
 from tests.support.kubeapi import FakeKubeApi  # noqa: E402
+from tests.support.operatorpods import digest_of, driver_pod, validator_pod  # noqa: E402
 
 DATA = REPO / "tests" / "data"
 REPOSITORY = "registry.example.test/gpu/driver"
@@ -88,7 +97,22 @@ def synthetic_fleet(count: int) -> list[dict[str, Any]]:
             if version.endswith("+") and number % 40 < 20:
                 labels[FLUO_BEFORE_REBOOT] = "true"
         nodes.append(node)
+    rebooted = next(
+        node for node in nodes if node["metadata"]["labels"].get(NFD_VERSION_ID) == "4593.2.5"
+    )
+    rebooted["metadata"]["labels"][FLUO_AFTER_REBOOT] = "true"
     return nodes
+
+
+def proving_pods(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPU Operator's Pods on the node back from its reboot: driver and validator."""
+    [name] = [
+        node["metadata"]["name"]
+        for node in nodes
+        if node["metadata"]["labels"].get(FLUO_AFTER_REBOOT) == "true"
+    ]
+    image = f"{REPOSITORY}:580.95.05-flatcar4593.2.5"
+    return [driver_pod(name, image=image, digest=digest_of(image)), validator_pod(name)]
 
 
 def thread_cpu() -> float:
@@ -104,12 +128,21 @@ def timed(step: Callable[[], T]) -> tuple[T, float, float]:
 
 
 def service(store: SqlStateStore, api: FakeKubeApi, http: httpx.Client) -> ReconcileService:
+    annotator = KubernetesNodeAnnotator(api.client(timeout=30.0))
+    prover = ProofService(
+        pods=KubernetesPodSource(api.client(timeout=30.0)),
+        annotator=annotator,
+        store=store,
+        clock=utc_now,
+        rules=ProofRules(),
+    )
     fleet = FleetService(
         source=KubernetesFleetSource(api.client(timeout=30.0)),
         store=store,
         clock=utc_now,
         repository=REPOSITORY,
-        annotator=KubernetesNodeAnnotator(api.client(timeout=30.0)),
+        annotator=annotator,
+        prover=prover,
     )
     flatcar = DATA / "flatcar"
     planner = PlanService(
@@ -151,6 +184,7 @@ def calls(api: FakeKubeApi) -> dict[str, int]:
         "operator": len(api.requests_to("GET", "clusterpolicies"))
         + len(api.requests_to("GET", "nvidiadrivers")),
         "patches": len(api.requests_to("PATCH", "nodes")),
+        "pods": len(api.requests_to("GET", "pods")),
     }
 
 
@@ -163,14 +197,19 @@ def main() -> int:
     policy = json.loads((DATA / "fleet" / "clusterpolicy.json").read_text())
     policy["spec"]["driver"].update(repository="registry.example.test/gpu", version="580.95.05")
     with tempfile.TemporaryDirectory() as tmp, FakeKubeApi() as api, httpx.Client() as http:
-        api.fleet.add_nodes(*synthetic_fleet(args.nodes))
+        fleet = synthetic_fleet(args.nodes)
+        api.fleet.add_nodes(*fleet)
+        api.add_pods(*proving_pods(fleet))
         api.fleet.install_gpu_operator_crds([policy])
         engine = make_engine(f"sqlite:///{Path(tmp) / 'releasebot.db'}")
         migrate.upgrade(engine)
         store = SqlStateStore(engine)
         reconciler = service(store, api, http)
         lister = KubernetesFleetSource(api.client(timeout=30.0))
-        print(f"fleet of {args.nodes} nodes, pages of {LIST_PAGE_SIZE}, reboot gate on")
+        print(
+            f"fleet of {args.nodes} nodes, pages of {LIST_PAGE_SIZE}, reboot gate and "
+            "after-reboot proof on (one node back from its reboot)"
+        )
         try:
             for name in ["first"] + ["steady"] * (1 if args.short else 3):
                 listing, list_wall, list_cpu = timed(lister.nodes)
@@ -187,10 +226,14 @@ def main() -> int:
                     f"{name:>6}: list+parse {len(listing.nodes)} nodes {list_wall:5.2f} s wall "
                     f"{list_cpu:5.2f} s CPU | cycle {wall:5.2f} s wall {cpu:5.2f} s CPU | "
                     f"API calls: {made['nodes']} Node lists, {made['operator']} operator, "
-                    f"{made['patches']} patches | {len(targets)} targets ({fleet} for the "
+                    f"{made['patches']} patches, {made['pods']} pod lists/logs | "
+                    f"{len(targets)} targets ({fleet} for the "
                     f"fleet only), {len(report.fleet.coverage.nodes)} GPU nodes judged | "
                     f"peak RSS {rss:6.1f} MiB"
                 )
+                if made["pods"] > 2:
+                    print(f"FAIL: {made['pods']} pod calls for one node", file=sys.stderr)
+                    failed = True
                 if made["nodes"] > math.ceil(args.nodes / LIST_PAGE_SIZE) + 1:
                     print(
                         f"FAIL: {made['nodes']} list calls for {args.nodes} nodes", file=sys.stderr
