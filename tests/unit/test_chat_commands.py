@@ -121,7 +121,8 @@ def test_invalid_commands_say_what_is_wrong(text: str, message: str) -> None:
 
 CHARSET_MESSAGE = (
     "Commands may only hold letters, digits, '.', '-', '_' and spaces. "
-    "Try: status, plan, missing, build, retry, rebuild, release, pause, resume, help (help explains each)."
+    "Try: status, plan, missing, build, retry, rebuild, release, pause, resume, help "
+    "(help explains each)."
 )
 
 
