@@ -9,7 +9,8 @@ them). Covers: a good image is proven on the first node (after the soak), its an
 set, the image marked proven, and the next node may go; a bad image (CrashLoopBackOff) is
 refused on the first node: the annotation stays unset, the image is ``refused``, the
 next node's gate stays closed, one Slack alert with the driver pod's log, the API and the
-metrics say so, and a person's release lets FLUO go on; a releasebot restart mid-proof
+metrics say so, a person's release lets FLUO go on and a rebuild reopens the next node's
+gate; a releasebot restart mid-proof
 resumes it; pods that cannot be read (RBAC) hold the node, with one line.
 """
 
@@ -265,6 +266,14 @@ def test_a_bad_image_is_refused_on_the_first_node_and_no_other_node_follows(
     assert DEFAULT_GATE_ANNOTATION not in annotations(rig, "gpu-1")
     assert fluo.step() == "waiting before the reboot of gpu-1"
     assert rig.target(PENDING).state is TargetState.REFUSED
+
+    # NVIDIA fixed it; a person rebuilds the image: once published again, gpu-1 may go.
+    answer = commands.run(Command(Verb.REBUILD, tag=PENDING), "U123")
+    assert rig.target(PENDING).state is TargetState.BUILDING, answer
+    rig.kaniko.build_all()
+    cycle(rig)
+    assert rig.target(PENDING).state is TargetState.PUBLISHED
+    assert annotations(rig, "gpu-1")[DEFAULT_GATE_ANNOTATION] == "true"
 
 
 def test_a_restart_mid_proof_resumes_it(proving: Proving) -> None:
