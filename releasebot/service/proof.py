@@ -117,6 +117,13 @@ class ProofService:
                 if record is None or replace(record, updated_at=now) != armed:
                     saved.append(armed)
                 kept[node.name] = armed
+            elif record is not None and record.state is ProofState.PROVING:
+                # FLUO went on without releasebot's proof: someone set the annotation.
+                why = "FLUO went on without releasebot's proof (the annotation was set by hand)"
+                log.info("proof of %s: %s", node.name, why)
+                gone = replace(record, state=ProofState.RELEASED, reason=why, updated_at=now)
+                saved.append(gone)
+                kept[node.name] = gone
         outcome.records = [kept[name] for name in sorted(kept)]
         outcome.changed = changed
         if not self._dry_run and (saved or removed or changed or events):

@@ -137,6 +137,23 @@ def test_a_refusal_blames_the_image_and_keeps_the_log() -> None:
     assert len(store.pending_events(T0)) == 1
 
 
+def test_a_proof_fluo_left_without_releasebot_is_released() -> None:
+    store, clock = MemoryStateStore(), Clock()
+    before = gpu_node("gpu-0", "4593.2.4", pending="4593.2.5", before_reboot=True)
+    published(store, before)
+    fleet = MemoryFleetSource([before])
+    prover = service(fleet, store, clock)
+    step(prover, fleet, store)
+    fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", after_reboot=True, boot_id="b2")])
+    step(prover, fleet, store)  # no pods yet: proving
+    assert [r.state for r in store.proofs()] == [ProofState.PROVING]
+    fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", boot_id="b2")])  # FLUO went on
+    step(prover, fleet, store)
+    [record] = store.proofs()
+    assert record.state is ProofState.RELEASED
+    assert "by hand" in (record.reason or "")
+
+
 def test_a_node_deleted_mid_proof_loses_its_record_and_a_dry_run_writes_nothing() -> None:
     store, clock = MemoryStateStore(), Clock()
     before = gpu_node("gpu-0", "4593.2.4", pending="4593.2.5", before_reboot=True)
