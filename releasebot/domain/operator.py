@@ -32,9 +32,12 @@ gets no usable image. The rules, as NVIDIA/gpu-operator implements them:
   NVIDIADriver NodeSelectors``). NVIDIADrivers only act when the ClusterPolicy sets
   ``spec.driver.useNvidiaDriverCRD`` (``controllers/nvidiadriver_controller.go``).
 
+- The default NVIDIADriver (operator v26.7, ``spec.default: true``, no ``nodeSelector``)
+  serves only the GPU nodes no other NVIDIADriver selects, and is left out of the conflict
+  check (``internal/nvidiadriver/nvidiadriver.go``, ``internal/validator/validator.go``).
+
 Deliberately not here: listing the objects (``releasebot/fleet/``), rendering a
-configuration (``operator_values.py``), the "default" NVIDIADriver of operator 26.x (a
-fallback for unselected nodes: reported as unselected), vGPU driver types.
+configuration (``operator_values.py``), vGPU driver types.
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ class DriverSource:
     """ClusterPolicy ``spec.driver.enabled`` (default true): the operator deploys drivers."""
     defers_to_crd: bool = False
     """ClusterPolicy ``spec.driver.useNvidiaDriverCRD``: NVIDIADriver objects decide."""
+    default: bool = False
+    """NVIDIADriver ``spec.default`` (v26.7): the fallback for nodes no other selects."""
 
     @property
     def label(self) -> str:
@@ -228,6 +233,7 @@ def parse_nvidia_driver(raw: object) -> DriverSource:
         precompiled=spec.get("usePrecompiled") is True,
         node_selector=tuple((key, value or "") for key, value in pairs),
         driver_type=_text(spec.get("driverType")) or "gpu",
+        default=spec.get("default") is True,
     )
 
 
@@ -365,7 +371,8 @@ def _by_nvidia_driver(
     node: FleetNode, drivers: Sequence[DriverSource], repository: str
 ) -> NodeImage:
     labels: Mapping[str, str] = {**node.labels, GPU_PRESENT: "true"}
-    chosen = [d for d in drivers if all(labels.get(k) == v for k, v in d.node_selector)]
+    matching = [d for d in drivers if all(labels.get(k) == v for k, v in d.node_selector)]
+    chosen = [d for d in matching if not d.default] or [d for d in matching if d.default]
     if not chosen:
         return NodeImage(node.name, None, None, problem="no NVIDIADriver selects this node")
     if len(chosen) > 1:

@@ -124,6 +124,26 @@ def test_an_undecidable_future_pool_keeps_the_gate_closed_with_the_reason() -> N
     assert "several NVIDIADrivers" in decision.why
 
 
+def test_a_default_nvidia_driver_serves_only_what_no_pool_selects() -> None:
+    base, _, image = REPOSITORY.rpartition("/")
+    default = {
+        "metadata": {"name": "default"},
+        "spec": {
+            "driverType": "gpu",
+            "default": True,
+            "repository": base,
+            "image": image,
+            "version": "580.173.02",
+        },
+    }
+    with_default = operator(pool("flatcar-4593-2-5", "4593.2.5", "595.91.07"), default)
+    _, coverage, _ = gates({}, with_default, NODE)
+    [covered] = coverage.nodes
+    assert covered.source == "NVIDIADriver/default"  # today: no pool selects 4593.2.4
+    assert covered.pending_source == "NVIDIADriver/flatcar-4593-2-5"  # the pool wins after
+    assert [i.tag for i in covered.images] == [OLD_POOL, RIGHT]
+
+
 def test_the_node_is_relabelled_as_nfd_will_label_it_after_the_reboot() -> None:
     node = parse_node(NODE)
     assert isinstance(node, FleetNode)
