@@ -174,18 +174,27 @@ _FEED = _object(
 _ERROR = _object({"error": {"type": "string"}})
 
 
-def _answers(schema: str, *extra: int) -> dict[str, Any]:
+_ANSWERS = {
+    400: "a query the address does not take (an unknown or repeated parameter, a bad value, "
+    "any query where none is taken); the error names it",
+    404: "no such target",
+    503: "the state store cannot answer",
+}
+
+
+def _answers(schema: str, *statuses: int) -> dict[str, Any]:
+    """200 (with its ETag) and 304, which every address answers, and ``statuses``."""
+    content = {"$ref": f"#/components/schemas/{schema}"}
     answers: dict[str, Any] = {
         "200": {
             "description": "the answer; ETag set",
             "headers": {"ETag": {"schema": {"type": "string"}}},
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+            "content": {"application/json": {"schema": content}},
         },
         "304": {"description": "unchanged since the ETag given in If-None-Match"},
-        "503": _error("the state store cannot answer"),
     }
-    for status in extra:
-        answers[str(status)] = _error({400: "a bad query", 404: "no such target"}[status])
+    for status in statuses:
+        answers[str(status)] = _error(_ANSWERS[status])
     return answers
 
 
@@ -225,7 +234,7 @@ def openapi_document() -> dict[str, Any]:
                         _query("flatcar", "only this Flatcar version's row", {"type": "string"}),
                         _query("driver", "only this driver's column", {"type": "string"}),
                     ],
-                    "responses": _answers("Matrix", 400),
+                    "responses": _answers("Matrix", 400, 503),
                 }
             },
             "/api/targets/{tag}": {
@@ -239,16 +248,24 @@ def openapi_document() -> dict[str, Any]:
                             "schema": {"type": "string"},
                         }
                     ],
-                    "responses": _answers("Target", 400, 404),
+                    "responses": _answers("Target", 400, 404, 503),
                 }
             },
             "/api/fleet": {
                 "get": {
                     "summary": "the banner and every GPU node's verdict",
-                    "responses": _answers("Fleet"),
+                    "responses": _answers("Fleet", 400, 503),
                 }
             },
-            "/api/feeds": {"get": {"summary": "feed health", "responses": _answers("Feeds")}},
+            "/api/feeds": {
+                "get": {"summary": "feed health", "responses": _answers("Feeds", 400, 503)}
+            },
+            "/api/openapi.json": {
+                "get": {
+                    "summary": "this document",
+                    "responses": _answers("Document", 400),
+                }
+            },
         },
         "components": {
             "schemas": {
@@ -262,6 +279,7 @@ def openapi_document() -> dict[str, Any]:
                 "Fleet": _FLEET,
                 "Feeds": _object({"feeds": _list(_FEED)}),
                 "Error": _ERROR,
+                "Document": {"type": "object", "description": "an OpenAPI 3.1 document"},
             }
         },
     }

@@ -45,6 +45,8 @@ STORE_UNREADABLE = (
     "the state store answered with something releasebot cannot read; releasebot's log names "
     "it and what to do"
 )
+API_PATHS = ("/api/targets", "/api/targets/{tag}", "/api/fleet", "/api/feeds", "/api/openapi.json")
+"""The API's addresses as the OpenAPI document names them (the tests hold the two equal)."""
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),

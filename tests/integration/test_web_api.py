@@ -1,11 +1,16 @@
-"""The coverage page's JSON API over real HTTP on a real SQLite store: every answer
-validated against the OpenAPI document the server itself serves; ETag and 304; 404 for
-unknown paths and targets, 400 naming a bad query, 503 when the store is down; hostile
-stored text comes out without control characters; no secret is ever in an answer."""
+"""The coverage page's JSON API over real HTTP on a real SQLite store: every answer of every
+test validated against the OpenAPI document the server itself serves (a status the
+document does not list for that address fails, as does a body its schema refuses), and
+every address probed with every kind of request it can get (bad parameters, a bad or
+unknown tag, If-None-Match, a store that is down) so the document lists exactly what each
+answers; ETag and 304; 404 for unknown paths and targets, 400 naming a bad query, 503 when
+the store is down; hostile stored text comes out without control characters; no secret is
+ever in an answer."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +27,8 @@ from releasebot.config import Settings
 from releasebot.domain.models import TargetState
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
+from releasebot.web.openapi import openapi_document
+from releasebot.web.overview import API_PATHS
 from releasebot.wiring import open_store, utc_now
 from tests.support.overview import (
     BUILDING_TAG,
@@ -58,8 +65,40 @@ def _validator(document: dict[str, Any], name: str) -> jsonschema.Draft202012Val
     )
 
 
+DOCUMENT = openapi_document()
+"""What the server serves at /api/openapi.json (``test_the_served_document_is_the_one``)."""
+
+
+def _documented(path: str) -> tuple[str, dict[str, Any]] | None:
+    """The document's address ``path`` falls under, and its answers; ``None``: not the API's."""
+    address = path.split("?", 1)[0]
+    for template, item in DOCUMENT["paths"].items():
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, address):
+            return template, item["get"]["responses"]
+    return None
+
+
 def _get(page: PageServer, path: str, **headers: str) -> httpx.Response:
-    return httpx.get(page.url + path, headers=headers, timeout=10)
+    """GET ``path``; an API answer whose status the document does not list for its address,
+    or whose body the listed schema refuses, fails the test that asked."""
+    answer = httpx.get(page.url + path, headers=headers, timeout=10)
+    documented = _documented(path)
+    if documented is None:  # the page and its files, or no address at all
+        if path.startswith("/api"):
+            assert answer.status_code == 404, (path, answer.status_code)
+        return answer
+    template, responses = documented
+    status = str(answer.status_code)
+    assert status in responses, f"{path} answered {status}, not in the document for {template}"
+    content = responses[status].get("content")
+    if content is None:
+        assert answer.content == b"", path
+    else:
+        schema = content["application/json"]["schema"]
+        if "$ref" in schema:
+            _validator(DOCUMENT, schema["$ref"].rsplit("/", 1)[1]).validate(answer.json())
+    return answer
 
 
 def test_every_answer_validates_against_the_served_schema(page: PageServer) -> None:
@@ -89,6 +128,52 @@ def test_every_answer_validates_against_the_served_schema(page: PageServer) -> N
     extra = _get(page, "/api/fleet").json() | {"surprise": 1}
     with pytest.raises(jsonschema.ValidationError):
         _validator(document, "Fleet").validate(extra)
+
+
+def test_the_served_document_is_the_one_and_names_every_address(page: PageServer) -> None:
+    assert _get(page, "/api/openapi.json").json() == json.loads(json.dumps(DOCUMENT))
+    assert set(DOCUMENT["paths"]) == set(API_PATHS)
+
+
+def _probes(template: str) -> list[tuple[str, dict[str, str]]]:
+    """Every kind of request an address can get, as (path, headers)."""
+    path = template.replace("{tag}", FAILED_TAG)
+    probes = [
+        (path, {}),
+        (path + "?surprise=1", {}),
+        (path + "?state=failed&state=failed", {}),
+        (path + "?" + "a" * 600, {}),
+        (path + "?%zz", {}),
+    ]
+    if "{tag}" in template:
+        probes += [
+            (template.replace("{tag}", "%0a%1b"), {}),
+            (template.replace("{tag}", "595.1.1-flatcar1.2.3"), {}),
+        ]
+    else:
+        probes += [(path + "?state=bogus", {}), (path + "?flatcar=latest&driver=x", {})]
+    return probes
+
+
+def test_every_status_each_address_answers_is_documented(page: PageServer) -> None:
+    """Every address, asked everything it can be asked, on a working store and on one that
+    is down: each answer's status is in the document (``_get`` fails otherwise), and each
+    status the document lists is one the address really answers."""
+    down_engine = make_engine("postgresql+psycopg://releasebot@127.0.0.1:9/none")
+    try:
+        with PageServer(SqlStateStore(down_engine)) as down:
+            for template, item in DOCUMENT["paths"].items():
+                seen = set()
+                for path, headers in _probes(template):
+                    for server in (page, down):
+                        answer = _get(server, path, **headers)
+                        seen.add(str(answer.status_code))
+                        if etag := answer.headers.get("ETag"):
+                            again = _get(server, path, **{"If-None-Match": etag})
+                            seen.add(str(again.status_code))
+                assert seen == set(item["get"]["responses"]), template
+    finally:
+        down_engine.dispose()
 
 
 def test_the_matrix_has_the_seeded_states(page: PageServer) -> None:
