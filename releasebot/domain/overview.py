@@ -5,12 +5,23 @@ Flatcar releases, feed states, outbox events) to JSON-ready dictionaries, the on
 the API answers and the page draws. Nothing here reads anything or knows HTTP.
 
 The fleet part judges each GPU node from the store alone, so the page needs no cluster
-access and changes as soon as a target's state changes: a node needs every required target
-of the Flatcar version it runs (and of the one it will reboot into) built for its arch,
-and its verdict is the worst of theirs (``coverage.state_verdict``, ``coverage.worst``:
-the same rules ``releasebot fleet`` applies). Where the GPU Operator gives two nodes on
-one version different drivers, the page asks for both drivers on both: it may call a node
-uncovered that the cycle's coverage calls covered, never the other way round.
+access and changes as soon as a target's state changes: a node needs its own images, the
+required targets of the Flatcar version it runs (and of the one it will reboot into) built
+for its arch that the fleet asked for (reason ``fleet`` or ``pending-reboot``: the drivers
+the GPU Operator gives the nodes), or every required target of the version when the fleet
+asked for none (the fleet view off, older rows); its verdict is the worst of theirs
+(``coverage.state_verdict``, ``coverage.worst``: the same rules ``releasebot fleet``
+applies). A driver only the channel policy wants is not a node's image: its failure does
+not make the node uncovered. Where the GPU Operator gives two nodes on one version
+different drivers, the store cannot tell whose is whose and the page asks for both on
+both: it may call a node uncovered that the cycle's coverage calls covered, never the other
+way round. The banner names each image that is not there (its tag, state and what to do)
+and counts the nodes without theirs, not all nodes.
+
+Time to publish ("published after 3 h") is the time from the Flatcar release to the
+publication by releasebot's own build; a tag found already in the registry (no build of
+releasebot's published it) has none: when releasebot first saw it says nothing about when
+it was made, and the registry's tag listing does not say either.
 
 The reboot gate's column says what the gate decides from these verdicts (open once every
 image of the pending version is verified, held otherwise); the store does not keep the
@@ -31,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit, urlunsplit
 
-from releasebot.domain.builds import BuildRecord
+from releasebot.domain.builds import BuildRecord, BuildState
 from releasebot.domain.coverage import (
     PENDING_EXPOSED,
     RUNNING_EXPOSED,
@@ -41,7 +52,13 @@ from releasebot.domain.coverage import (
 )
 from releasebot.domain.events import EventKind, MessageRef, StoredEvent
 from releasebot.domain.fleet_records import FleetRecord
-from releasebot.domain.models import FeedState, FlatcarRelease, TargetRecord, TargetState
+from releasebot.domain.models import (
+    FeedState,
+    FlatcarRelease,
+    TargetReason,
+    TargetRecord,
+    TargetState,
+)
 from releasebot.domain.untrusted import clean
 from releasebot.domain.versions import FlatcarVersion
 
@@ -106,20 +123,27 @@ def current_fleet(records: Sequence[FleetRecord]) -> list[FleetRecord]:
     return [record for record in records if record.last_seen_at == latest]
 
 
+_FLEET_REASONS = frozenset({TargetReason.FLEET, TargetReason.PENDING_REBOOT})
+"""The reasons a target is some node's own image (``fleet_plan``: the driver it is given)."""
+
+
 def _needs(
     version: str,
     arch: str | None,
     by_version: Mapping[str, Sequence[TargetRecord]],
     memo: dict[tuple[str, str | None], list[TargetRecord]],
 ) -> list[TargetRecord]:
-    """The required targets of ``version`` built for ``arch`` (memoised: nodes share)."""
+    """A node's own images on ``version`` for ``arch``: the required targets the fleet asked
+    for, else every required one of the version (memoised: nodes share)."""
     key = (version, arch)
     if key not in memo:
-        memo[key] = [
+        matching = [
             record
             for record in by_version.get(version, ())
             if arch is None or any(a.value == arch for a in record.target.arches)
         ]
+        own = [record for record in matching if record.target.reasons & _FLEET_REASONS]
+        memo[key] = own or matching
     return memo[key]
 
 
@@ -181,6 +205,7 @@ class _Uncovered:
     since: datetime
     verdicts: set[Verdict] = field(default_factory=set)
     nodes: list[str] = field(default_factory=list)
+    tags: dict[str, TargetRecord] = field(default_factory=dict)
 
 
 def fleet_view(
@@ -208,6 +233,9 @@ def fleet_view(
             entry.verdicts.add(verdict)
             entry.nodes.append(state.name)
             entry.since = min(entry.since, since)
+            for tag in tags:
+                if state_verdict(by_tag[tag].state) in exposed:
+                    entry.tags.setdefault(tag, by_tag[tag])
     versions = {node.record.state.version for node in nodes}
     uncovered = [
         {
@@ -216,14 +244,18 @@ def fleet_view(
             "verdict": worst(entry.verdicts).value,
             "nodes": [text(name, NAME_MAX_CHARS) for name in entry.nodes],
             "since": _time(entry.since),
+            "tags": [_missing_tag(record) for _tag, record in sorted(entry.tags.items())],
         }
         for _key, entry in sorted(problems.items(), key=lambda item: item[0], reverse=True)
     ]
+    without = len({name for entry in problems.values() for name in entry.nodes})
     return {
         "banner": {
             "covered": not uncovered,
             "text": banner_text(len(nodes), len(versions), uncovered),
             "uncovered": uncovered,
+            "uncovered_nodes": without,
+            "help": None if not uncovered else BANNER_HELP,
         },
         "gpu_nodes": len(nodes),
         "flatcar_versions": len(versions),
@@ -236,23 +268,66 @@ def fleet_view(
     }
 
 
+BANNER_HELP = "docs/operations.md, section “GPU nodes without a driver image”"
+"""Where the person on call reads what each verdict means and what to do."""
+
+
+def tag_action(record: TargetRecord) -> str:
+    """What to do about one of a node's images that is not published, in a few words."""
+    tag = record.tag
+    if record.state is TargetState.FAILED:
+        return f"fix the cause in its detail, then /releasebot retry {tag}"
+    if record.state is TargetState.INCOMPATIBLE:
+        return (
+            "the driver does not compile for this kernel: give these nodes another driver "
+            "branch (docs/operations.md, “Incompatible”)"
+        )
+    if record.state in (TargetState.BUILDING, TargetState.RETRYING):
+        return "being built: wait for it"
+    if record.state is TargetState.WAITING:
+        return "waiting for the Flatcar or NVIDIA files it is built from"
+    return (
+        "the next cycle builds it; if none does, see docs/operations.md, "
+        "“Required tags not published”"
+    )
+
+
+def _missing_tag(record: TargetRecord) -> Json:
+    return {
+        "tag": record.tag,
+        "state": record.state.value,
+        "words": cell_words(record),
+        "action": tag_action(record),
+    }
+
+
 def banner_text(nodes: int, versions: int, uncovered: Sequence[Mapping[str, object]]) -> str:
-    """ "12 GPU nodes on 3 Flatcar versions: all covered", or what is not, since when."""
-    head = f"{nodes} GPU {_plural(nodes, 'node')} on "
-    head += f"{versions} Flatcar {_plural(versions, 'version')}"
+    """ "12 GPU nodes on 3 Flatcar versions: all covered", or how many are not, which images
+    they miss, since when."""
+    on = f"on {versions} Flatcar {_plural(versions, 'version')}"
     if not uncovered:
-        return f"{head}: all covered" if nodes else "No GPU node seen yet"
+        if not nodes:
+            return "No GPU node seen yet"
+        return f"{nodes} GPU {_plural(nodes, 'node')} {on}: all covered"
+    without = set()
     parts = []
     for entry in uncovered:
         names = entry["nodes"]
+        tags = entry["tags"]
         assert isinstance(names, list)
+        assert isinstance(tags, list)
+        without.update(names)
         count = len(names)
         verb = "will reboot into" if entry["pending"] else "run" if count > 1 else "runs"
-        parts.append(
-            f"{count} {_plural(count, 'node')} {verb} {entry['flatcar_version']} without an "
-            f"image ({entry['verdict']}) since {entry['since']}"
+        images = ", ".join(f"{tag['tag']} ({tag['words']})" for tag in tags) or (
+            f"an image ({entry['verdict']}: none planned)"
         )
-    return f"{head}: NOT covered: " + "; ".join(parts)
+        parts.append(
+            f"{count} {_plural(count, 'node')} {verb} {entry['flatcar_version']} without "
+            f"{images} since {entry['since']}"
+        )
+    head = f"{len(without)} of {nodes} GPU {_plural(nodes, 'node')} {on} NOT covered"
+    return f"{head}: " + "; ".join(parts)
 
 
 def _plural(count: int, word: str) -> str:
@@ -303,14 +378,19 @@ def matrix_view(
     fleet: Sequence[FleetRecord],
     releases: Mapping[str, FlatcarRelease],
     *,
+    builds: Sequence[BuildRecord] = (),
     state: TargetState | None = None,
     flatcar: str | None = None,
     driver: str | None = None,
 ) -> Json:
     """``/api/targets``: rows of Flatcar versions (newest first), columns of drivers (newest
     first), a cell per required target; optionally only cells in ``state`` and only the
-    row ``flatcar`` or the column ``driver``."""
+    row ``flatcar`` or the column ``driver``. ``builds``: every build, to tell the tags
+    releasebot published from those it found in the registry."""
     required = [record for record in targets if record.required]
+    builds_of: dict[str, list[BuildRecord]] = {}
+    for build in builds:
+        builds_of.setdefault(build.tag, []).append(build)
     nodes, _ignored = judge_nodes(fleet, targets)
     running: dict[str, int] = {}
     pending: dict[str, int] = {}
@@ -341,7 +421,7 @@ def matrix_view(
             if cell is None or (state is not None and cell.state is not state):
                 row_cells.append(None)
             else:
-                row_cells.append(_cell_json(cell, release))
+                row_cells.append(_cell_json(cell, release, builds_of.get(cell.tag, ())))
         if state is not None and not any(row_cells):
             continue
         channel = (
@@ -376,10 +456,24 @@ def _version_key(version: str) -> tuple[int, ...]:
     )
 
 
-def _cell_json(record: TargetRecord, release: FlatcarRelease | None) -> Json:
+def found_in_registry(record: TargetRecord, builds: Iterable[BuildRecord]) -> bool:
+    """Whether the tag is published but no build of releasebot's published it: it was in the
+    registry when releasebot first looked (``lifecycle.check_registry``). A build publishes
+    by finishing its attempt with every arch succeeded; the attempt is the record's last."""
+    if record.state is not TargetState.PUBLISHED:
+        return False
+    current = [build for build in builds if build.attempt == record.attempts]
+    built = record.attempts > 0 and bool(current)
+    return not (built and all(build.state is BuildState.SUCCEEDED for build in current))
+
+
+def _cell_json(
+    record: TargetRecord, release: FlatcarRelease | None, builds: Iterable[BuildRecord]
+) -> Json:
     released_at = None if release is None else release.released_at
+    found = found_in_registry(record, builds)
     delay = None
-    if record.published_at is not None and released_at is not None:
+    if record.published_at is not None and released_at is not None and not found:
         delay = max(0, int((record.published_at - released_at).total_seconds()))
     return {
         "tag": record.tag,
@@ -388,6 +482,7 @@ def _cell_json(record: TargetRecord, release: FlatcarRelease | None) -> Json:
         "attempts": record.attempts,
         "reasons": sorted(reason.value for reason in record.target.reasons),
         "published_after_seconds": delay,
+        "found_in_registry": found,
     }
 
 
@@ -447,6 +542,9 @@ def target_detail(
         )
     digest = text(record.digest, 100)
     pull = f"{repository}@{digest}" if digest else f"{repository}:{record.tag}"
+    by_attempt: dict[int, list[BuildRecord]] = {}
+    for build in builds:
+        by_attempt.setdefault(build.attempt, []).append(build)
     return {
         "tag": record.tag,
         "driver_version": target.driver_version.text,
@@ -466,14 +564,30 @@ def target_detail(
         "updated_at": _time(record.updated_at),
         "released_at": None if release is None else _time(release.released_at),
         "published_at": _time(record.published_at),
+        "found_in_registry": found_in_registry(record, builds),
         "digest": digest,
         "pull": pull,
         "slack": slack_link(ref),
         "signed": signed_by is not None,
         "key_fingerprint": signed_by,
         "builds": [
-            {"attempt": attempt, "jobs": jobs} for attempt, jobs in sorted(attempts.items())
+            {"attempt": attempt, **_attempt_times(by_attempt[attempt]), "jobs": jobs}
+            for attempt, jobs in sorted(attempts.items())
         ],
+    }
+
+
+def _attempt_times(builds: Sequence[BuildRecord]) -> Json:
+    """When an attempt started (its first Job), when it ended (its last, once all did) and
+    how long it took; ``None`` for what is not over yet."""
+    started = min(build.created_at for build in builds)
+    ends = [build.finished_at for build in builds]
+    finished = None if any(end is None for end in ends) else max(e for e in ends if e)
+    duration = None if finished is None else max(0, int((finished - started).total_seconds()))
+    return {
+        "started_at": _time(started),
+        "finished_at": _time(finished),
+        "duration_seconds": duration,
     }
 
 

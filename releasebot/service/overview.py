@@ -50,6 +50,7 @@ class OverviewService:
                 self._store.targets(),
                 self._store.fleet_nodes(),
                 self._releases(),
+                builds=self._store.builds(),
                 state=state,
                 flatcar=flatcar,
                 driver=driver,

@@ -33,6 +33,12 @@ def _list(items: dict[str, Any]) -> dict[str, Any]:
 
 
 _STRINGS = _list({"type": "string"})
+_FOUND = {
+    "type": "boolean",
+    "description": "published, but no build of releasebot's published it: the tag was "
+    "already in the registry when releasebot first saw it",
+}
+_SECONDS = {"type": ["integer", "null"], "minimum": 0}
 _CELL = _object(
     {
         "tag": {"type": "string"},
@@ -42,8 +48,10 @@ _CELL = _object(
         "reasons": _STRINGS,
         "published_after_seconds": {
             "type": ["integer", "null"],
-            "description": "from the Flatcar release to the image's publication",
+            "description": "from the Flatcar release to the image's publication by "
+            "releasebot's build; null when not published, or found in the registry",
         },
+        "found_in_registry": _FOUND,
     }
 )
 _ROW = _object(
@@ -97,6 +105,7 @@ _DETAIL = _object(
         "updated_at": _TIME,
         "released_at": _TIME,
         "published_at": _TIME,
+        "found_in_registry": _FOUND,
         "digest": _TEXT,
         "pull": {"type": "string", "description": "repository@digest, else repository:tag"},
         "slack": {"type": ["string", "null"], "format": "uri"},
@@ -106,6 +115,9 @@ _DETAIL = _object(
             _object(
                 {
                     "attempt": {"type": "integer", "minimum": 0},
+                    "started_at": {**_TIME, "description": "when its first Job was created"},
+                    "finished_at": {**_TIME, "description": "when its last Job ended"},
+                    "duration_seconds": {**_SECONDS, "description": "null while running"},
                     "jobs": _list({"$ref": "#/components/schemas/Job"}),
                 }
             )
@@ -119,6 +131,16 @@ _UNCOVERED = _object(
         "verdict": {"enum": _VERDICTS},
         "nodes": _list(_TEXT),
         "since": _TIME,
+        "tags": _list(
+            _object(
+                {
+                    "tag": {"type": "string"},
+                    "state": {"enum": _STATES},
+                    "words": {"type": "string"},
+                    "action": {"type": "string", "description": "what to do about it"},
+                }
+            )
+        ),
     }
 )
 _NODE = _object(
@@ -149,6 +171,12 @@ _FLEET = _object(
                 "covered": {"type": "boolean"},
                 "text": {"type": "string"},
                 "uncovered": _list({"$ref": "#/components/schemas/Uncovered"}),
+                "uncovered_nodes": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "GPU nodes whose own image (or next one) is not there",
+                },
+                "help": {**_TEXT, "description": "where the person on call reads what to do"},
             }
         ),
         "gpu_nodes": {"type": "integer", "minimum": 0},

@@ -35,9 +35,11 @@ from tests.support.overview import (
     COVERED_TAGS,
     FAILED_TAG,
     PageServer,
+    planned_targets,
     seed_overview,
     set_state,
 )
+from tests.support.targets import make_target
 
 SECRET = "hunter2-registry-password"
 
@@ -196,6 +198,8 @@ def test_the_banner_follows_the_store(page: PageServer, store: SqlStateStore) ->
         "covered": True,
         "text": "2 GPU nodes on 1 Flatcar version: all covered",
         "uncovered": [],
+        "uncovered_nodes": 0,
+        "help": None,
     }
     assert fleet["ignored"][0]["name"] == "gpu-u"
     set_state(store, COVERED_TAGS[0], TargetState.MISSING)
@@ -203,7 +207,12 @@ def test_the_banner_follows_the_store(page: PageServer, store: SqlStateStore) ->
     assert not banner["covered"]
     assert banner["uncovered"][0]["nodes"] == ["gpu-a", "gpu-b"]
     assert banner["uncovered"][0]["verdict"] == "missing"
-    assert "2 nodes run 4593.2.5 without an image (missing) since" in banner["text"]
+    assert banner["uncovered"][0]["tags"][0]["tag"] == COVERED_TAGS[0]
+    assert f"2 nodes run 4593.2.5 without {COVERED_TAGS[0]} (missing) since" in banner["text"]
+    # the channel policy's other driver failing on the same version is not the nodes' image
+    set_state(store, COVERED_TAGS[0], TargetState.PUBLISHED)
+    set_state(store, COVERED_TAGS[1], TargetState.FAILED)
+    assert _get(page, "/api/fleet").json()["banner"]["covered"] is True
 
 
 def test_etag_and_not_modified(page: PageServer, store: SqlStateStore) -> None:
@@ -234,17 +243,44 @@ def test_etag_and_not_modified(page: PageServer, store: SqlStateStore) -> None:
         ("/api/targets/%0a%1b", 400, "is not an image tag"),
         ("/api/fleet?x=1", 400, "takes no query parameters"),
         ("/api/targets?" + "a" * 600, 400, "longer than"),
+        ("/?colour=red", 400, "unknown parameter 'colour'"),
     ],
 )
 def test_bad_requests_get_one_line(page: PageServer, path: str, status: int, says: str) -> None:
     answer = _get(page, path)
     assert answer.status_code == status
-    if path.startswith("/api"):
+    if path.startswith(("/api", "/?")):
         assert says in answer.json()["error"]
         assert "\n" not in answer.json()["error"]
         assert "Traceback" not in answer.text
     else:
         assert says in answer.text
+
+
+def test_the_page_takes_its_filter_in_its_address(page: PageServer) -> None:
+    answer = _get(page, "/?state=failed&q=4593.2&flatcar=4593.2.4&driver=580.178.04")
+    assert answer.status_code == 200
+    assert "<title>releasebot" in answer.text
+
+
+def test_the_matrix_tells_published_from_found_in_the_registry(
+    page: PageServer, store: SqlStateStore
+) -> None:
+    now = utc_now()
+    found = make_target(driver="575.64.05", flatcar="4593.2.5")
+    records = {r.tag: r for r in store.sync_targets(planned_targets(found), now)}
+    store.save(targets=[replace(records[found.tag], state=TargetState.PUBLISHED, published_at=now)])
+    cells = {
+        cell["tag"]: cell
+        for row in _get(page, "/api/targets").json()["rows"]
+        for cell in row["cells"]
+        if cell
+    }
+    assert cells[found.tag]["found_in_registry"] is True
+    assert cells[found.tag]["published_after_seconds"] is None  # not "after 146 days"
+    assert cells[COVERED_TAGS[0]]["found_in_registry"] is False
+    assert cells[COVERED_TAGS[0]]["published_after_seconds"] > 0
+    assert _get(page, f"/api/targets/{found.tag}").json()["found_in_registry"] is True
 
 
 def test_hostile_stored_text_loses_its_control_characters(page: PageServer) -> None:
