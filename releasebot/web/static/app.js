@@ -431,7 +431,24 @@ async function drawDetail() {
 let filter = null;
 let drawnView = null;
 
-async function refresh() {
+// One refresh at a time: the timer, the filter and a test may all ask at once; a request
+// made while one runs makes one more run after it, and both callers wait for the end.
+let running = null;
+let queued = false;
+
+function refresh() {
+  if (running) { queued = true; return running; }
+  running = (async () => {
+    try {
+      do { queued = false; await refreshOnce(); } while (queued);
+    } finally {
+      running = null;
+    }
+  })();
+  return running;
+}
+
+async function refreshOnce() {
   filter = filterFromAddress();
   drawFilter(filter);
   try {
