@@ -1,4 +1,5 @@
-"""The coverage page's view (``domain/overview.py``), pure: which nodes are current, each
+"""The coverage page's view (``domain/overview.py``, ``overview_fleet.py``,
+``overview_words.py``), pure: which nodes are current, each
 node's verdict from its own stored targets (not the channel policy's other drivers), the
 banner's words, the images it names with what to do, the count of nodes without theirs and
 its "since", the matrix's rows, columns and filters, time to publish only for what
@@ -24,16 +25,14 @@ from releasebot.domain.models import (
     Validators,
 )
 from releasebot.domain.overview import (
-    STATE_WORDS,
-    cell_words,
-    current_fleet,
     feeds_view,
-    fleet_view,
     matrix_view,
     public_url,
     slack_link,
     target_detail,
 )
+from releasebot.domain.overview_fleet import current_fleet, fleet_view
+from releasebot.domain.overview_words import STATE_WORDS, cell_words
 from releasebot.domain.versions import Arch
 from tests.support.targets import make_target
 
