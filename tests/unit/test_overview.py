@@ -8,8 +8,10 @@ attempt's start and duration) and the removal of control characters from stored 
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +33,7 @@ from releasebot.domain.overview import (
     slack_link,
     target_detail,
 )
-from releasebot.domain.overview_fleet import current_fleet, fleet_view
+from releasebot.domain.overview_fleet import BANNER_HELP, current_fleet, fleet_view, tag_action
 from releasebot.domain.overview_words import STATE_WORDS, cell_words
 from releasebot.domain.versions import Arch
 from tests.support.targets import make_target
@@ -400,3 +402,15 @@ def test_stored_text_with_non_ascii_digits_is_never_taken_for_a_number() -> None
     assert slack_link(MessageRef(message_key="k", channel="C0123", ts="1700000000.000100")) == (
         "https://slack.com/archives/C0123/p1700000000000100"
     )
+
+
+def test_every_section_the_banner_points_to_exists_in_the_operations_guide() -> None:
+    """The banner sends the person on call to sections of docs/operations.md by name: a
+    renamed section would leave them with nothing to find."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    headings = [line.lstrip("#").strip() for line in guide.splitlines() if line.startswith("#")]
+    texts = [BANNER_HELP] + [tag_action(target(state=state)) for state in TargetState]
+    named = {name for shown in texts for name in re.findall(r"“([^”]+)”", shown)}
+    assert len(named) >= 3
+    for name in named:
+        assert any(heading.startswith(name) for heading in headings), name
