@@ -4,8 +4,9 @@
 
 It starts ``releasebot demo --serve`` on a free loopback port (the demo's feeds, simulated
 fleet and builds), drives Debian's chromium headless through chromedriver (Selenium), and
-writes the overview and a failed target's detail per size and colour scheme, as full-page
-PNGs a person can look at. Needs ``chromium`` and ``chromium-driver``.
+writes the overview, the matrix filtered through the page's address (``?state=published&q=4593``)
+and a failed target's detail per size and colour scheme, as full-page PNGs a person can
+look at. Needs ``chromium`` and ``chromium-driver``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ def main() -> int:
                 driver.get(url)
                 wait_drawn(driver)
                 full_page(driver, out / f"overview-{size}-{scheme}.png", width)
+                driver.get(url + "?state=published&q=4593")
+                WebDriverWait(driver, 20).until(
+                    lambda d: "(filtered)" in d.find_element(By.ID, "counts").text
+                )
+                full_page(driver, out / f"filtered-{size}-{scheme}.png", width)
+                driver.get(url)
+                wait_drawn(driver)
                 cell = driver.find_element(By.CSS_SELECTOR, "#matrix a.cell.s-failed")
                 driver.get(url + "#/target/" + (cell.get_attribute("data-tag") or ""))
                 WebDriverWait(driver, 20).until(

@@ -1,11 +1,11 @@
 """Use case: what the coverage page and its JSON API show, read through the store's port.
 
 Each question is one short series of reads (``StateStore``) handed to the pure builders of
-``domain.overview``; nothing is written, nothing reaches the cluster, the registry or
-Slack, so the page can be asked as often as browsers like. A store that cannot answer
-raises its own ``ReleasebotError`` (``StoreUnavailableError`` when it cannot be reached,
-``StoreError`` when it answers with what releasebot cannot read); the web layer answers 503
-with one line for each, never a traceback.
+``domain.overview`` and ``domain.overview_fleet``; nothing is written, nothing reaches the
+cluster, the registry or Slack, so the page can be asked as often as browsers like. A store
+that cannot answer raises its own ``ReleasebotError`` (``StoreUnavailableError`` when it
+cannot be reached, ``StoreError`` when it answers with what releasebot cannot read); the
+web layer answers 503 with one line for each, never a traceback.
 
 Deliberately not here: HTTP, query strings, ETags (``web/overview.py``); caching (the
 answers are small and every read is one indexed query).
@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from releasebot.domain import overview
+from releasebot.domain import overview, overview_fleet
 from releasebot.domain.events import build_key
 from releasebot.domain.models import FlatcarRelease, TargetState
+from releasebot.domain.overview_words import Json
 from releasebot.domain.ports import StateStore
 
 FLATCAR_FEED_PREFIX = "flatcar/"
@@ -44,12 +45,13 @@ class OverviewService:
         state: TargetState | None = None,
         flatcar: str | None = None,
         driver: str | None = None,
-    ) -> overview.Json:
-        def read() -> overview.Json:
+    ) -> Json:
+        def read() -> Json:
             return overview.matrix_view(
                 self._store.targets(),
                 self._store.fleet_nodes(),
                 self._releases(),
+                builds=self._store.builds(),
                 state=state,
                 flatcar=flatcar,
                 driver=driver,
@@ -57,10 +59,10 @@ class OverviewService:
 
         return read()
 
-    def target(self, tag: str) -> overview.Json | None:
+    def target(self, tag: str) -> Json | None:
         """One target's detail; ``None`` when the store has no such tag."""
 
-        def read() -> overview.Json | None:
+        def read() -> Json | None:
             record = self._store.target(tag)
             if record is None:
                 return None
@@ -76,15 +78,15 @@ class OverviewService:
 
         return read()
 
-    def fleet(self) -> overview.Json:
-        def read() -> overview.Json:
-            return overview.fleet_view(
+    def fleet(self) -> Json:
+        def read() -> Json:
+            return overview_fleet.fleet_view(
                 self._store.fleet_nodes(), self._store.targets(), gate=self._options.gate
             )
 
         return read()
 
-    def feeds(self) -> overview.Json:
+    def feeds(self) -> Json:
         return overview.feeds_view(self._store.feed_states())
 
     def _releases(self) -> dict[str, FlatcarRelease]:

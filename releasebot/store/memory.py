@@ -36,7 +36,7 @@ from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch
 from releasebot.store.fleet_memory import FleetHistory
-from releasebot.store.limits import fit_error, fit_log, kept_validators
+from releasebot.store.limits import fit_error, fit_log, kept_validators, mask_payload
 
 Release = TypeVar("Release", FlatcarRelease, DriverRelease)
 
@@ -448,7 +448,7 @@ def _as_stored(events: Sequence[Event]) -> list[Event]:
         replace(
             event,
             created_at=_utc(event.created_at),
-            payload=json.loads(json.dumps(dict(event.payload))),
+            payload=json.loads(json.dumps(mask_payload(event.payload))),
         )
         for event in events
     ]

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Row, delete, func, insert, or_, select, updat
 
 from releasebot.domain.events import Event, EventKind, MessageRef, Payload, StoredEvent
 from releasebot.store.decode import row_mapper
-from releasebot.store.limits import fit_error
+from releasebot.store.limits import fit_error, mask_payload
 from releasebot.store.tables import flags, message_refs, outbox
 
 
@@ -107,8 +107,9 @@ def set_flag(conn: Connection, name: str, value: str | None, now: datetime) -> N
 
 
 def encode_payload(payload: Payload) -> str:
-    """The payload as stored: JSON text, keys sorted so equal payloads store equal text."""
-    return json.dumps(dict(payload), sort_keys=True, ensure_ascii=False)
+    """The payload as stored: its texts masked (``limits.mask_payload``), JSON text, keys
+    sorted so equal payloads store equal text."""
+    return json.dumps(mask_payload(payload), sort_keys=True, ensure_ascii=False)
 
 
 def decode_payload(text: str) -> Payload:

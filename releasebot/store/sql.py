@@ -517,7 +517,7 @@ def _target_values(record: TargetRecord) -> Values:
         "digest": record.digest,
         "attempts": record.attempts,
         "next_attempt_at": record.next_attempt_at,
-        "last_error": record.last_error,
+        "last_error": None if record.last_error is None else fit_error(record.last_error),
         "published_at": record.published_at,
         "budget_start": record.budget_start,
         "proven_at": record.proven_at,

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the coverage page's JSON API (``/api/openapi.json``).
 
-Written by hand next to the answers it describes (``domain/overview.py`` builds them); the
+Written by hand next to the answers it describes (``domain/overview*.py`` build them); the
 tests validate real answers against the document as served, with every object closed
 (``additionalProperties: false``), so a field added on one side only fails a test.
 """
@@ -33,6 +33,12 @@ def _list(items: dict[str, Any]) -> dict[str, Any]:
 
 
 _STRINGS = _list({"type": "string"})
+_FOUND = {
+    "type": "boolean",
+    "description": "published, but no build of releasebot's published it: the tag was "
+    "already in the registry when releasebot first saw it",
+}
+_SECONDS = {"type": ["integer", "null"], "minimum": 0}
 _CELL = _object(
     {
         "tag": {"type": "string"},
@@ -42,8 +48,10 @@ _CELL = _object(
         "reasons": _STRINGS,
         "published_after_seconds": {
             "type": ["integer", "null"],
-            "description": "from the Flatcar release to the image's publication",
+            "description": "from the Flatcar release to the image's publication by "
+            "releasebot's build; null when not published, or found in the registry",
         },
+        "found_in_registry": _FOUND,
     }
 )
 _ROW = _object(
@@ -99,6 +107,7 @@ _DETAIL = _object(
         "published_at": _TIME,
         "proven_at": {**_TIME, "description": "when a GPU node first proved the image"},
         "proven_node": _TEXT,
+        "found_in_registry": _FOUND,
         "digest": _TEXT,
         "pull": {"type": "string", "description": "repository@digest, else repository:tag"},
         "slack": {"type": ["string", "null"], "format": "uri"},
@@ -108,6 +117,9 @@ _DETAIL = _object(
             _object(
                 {
                     "attempt": {"type": "integer", "minimum": 0},
+                    "started_at": {**_TIME, "description": "when its first Job was created"},
+                    "finished_at": {**_TIME, "description": "when its last Job ended"},
+                    "duration_seconds": {**_SECONDS, "description": "null while running"},
                     "jobs": _list({"$ref": "#/components/schemas/Job"}),
                 }
             )
@@ -121,6 +133,16 @@ _UNCOVERED = _object(
         "verdict": {"enum": _VERDICTS},
         "nodes": _list(_TEXT),
         "since": _TIME,
+        "tags": _list(
+            _object(
+                {
+                    "tag": {"type": "string"},
+                    "state": {"enum": _STATES},
+                    "words": {"type": "string"},
+                    "action": {"type": "string", "description": "what to do about it"},
+                }
+            )
+        ),
     }
 )
 _NODE = _object(
@@ -151,6 +173,12 @@ _FLEET = _object(
                 "covered": {"type": "boolean"},
                 "text": {"type": "string"},
                 "uncovered": _list({"$ref": "#/components/schemas/Uncovered"}),
+                "uncovered_nodes": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "GPU nodes whose own image (or next one) is not there",
+                },
+                "help": {**_TEXT, "description": "where the person on call reads what to do"},
             }
         ),
         "gpu_nodes": {"type": "integer", "minimum": 0},
@@ -176,18 +204,27 @@ _FEED = _object(
 _ERROR = _object({"error": {"type": "string"}})
 
 
-def _answers(schema: str, *extra: int) -> dict[str, Any]:
+_ANSWERS = {
+    400: "a query the address does not take (an unknown or repeated parameter, a bad value, "
+    "any query where none is taken); the error names it",
+    404: "no such target",
+    503: "the state store cannot answer",
+}
+
+
+def _answers(schema: str, *statuses: int) -> dict[str, Any]:
+    """200 (with its ETag) and 304, which every address answers, and ``statuses``."""
+    content = {"$ref": f"#/components/schemas/{schema}"}
     answers: dict[str, Any] = {
         "200": {
             "description": "the answer; ETag set",
             "headers": {"ETag": {"schema": {"type": "string"}}},
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+            "content": {"application/json": {"schema": content}},
         },
         "304": {"description": "unchanged since the ETag given in If-None-Match"},
-        "503": _error("the state store cannot answer"),
     }
-    for status in extra:
-        answers[str(status)] = _error({400: "a bad query", 404: "no such target"}[status])
+    for status in statuses:
+        answers[str(status)] = _error(_ANSWERS[status])
     return answers
 
 
@@ -227,7 +264,7 @@ def openapi_document() -> dict[str, Any]:
                         _query("flatcar", "only this Flatcar version's row", {"type": "string"}),
                         _query("driver", "only this driver's column", {"type": "string"}),
                     ],
-                    "responses": _answers("Matrix", 400),
+                    "responses": _answers("Matrix", 400, 503),
                 }
             },
             "/api/targets/{tag}": {
@@ -241,16 +278,24 @@ def openapi_document() -> dict[str, Any]:
                             "schema": {"type": "string"},
                         }
                     ],
-                    "responses": _answers("Target", 400, 404),
+                    "responses": _answers("Target", 400, 404, 503),
                 }
             },
             "/api/fleet": {
                 "get": {
                     "summary": "the banner and every GPU node's verdict",
-                    "responses": _answers("Fleet"),
+                    "responses": _answers("Fleet", 400, 503),
                 }
             },
-            "/api/feeds": {"get": {"summary": "feed health", "responses": _answers("Feeds")}},
+            "/api/feeds": {
+                "get": {"summary": "feed health", "responses": _answers("Feeds", 400, 503)}
+            },
+            "/api/openapi.json": {
+                "get": {
+                    "summary": "this document",
+                    "responses": _answers("Document", 400),
+                }
+            },
         },
         "components": {
             "schemas": {
@@ -264,6 +309,7 @@ def openapi_document() -> dict[str, Any]:
                 "Fleet": _FLEET,
                 "Feeds": _object({"feeds": _list(_FEED)}),
                 "Error": _ERROR,
+                "Document": {"type": "object", "description": "an OpenAPI 3.1 document"},
             }
         },
     }

@@ -2,8 +2,10 @@
 
 Routes (GET and HEAD only; everything is read-only):
 
-- ``/``: the page (``static/index.html``), which draws itself from the API below with
-  ``static/app.js`` and ``static/style.css``; nothing is fetched from the internet;
+- ``/[?state=S&q=TEXT&flatcar=V&driver=D]``: the page (``static/index.html``), which draws
+  itself from the API below with ``static/app.js`` and ``static/style.css``; nothing is
+  fetched from the internet. The query is the page's filter, read by the page itself, so
+  a link keeps it; only these names are taken;
 - ``/api/targets[?state=S&flatcar=V&driver=D]``: the driver x Flatcar matrix;
 - ``/api/targets/<tag>``: one target's detail (404 when unknown);
 - ``/api/fleet``: the banner, the GPU nodes and their gate; ``/api/feeds``: feed health;
@@ -45,6 +47,10 @@ STORE_UNREADABLE = (
     "the state store answered with something releasebot cannot read; releasebot's log names "
     "it and what to do"
 )
+PAGE_PARAMS = {"state", "q", "flatcar", "driver"}
+"""The page's filter, kept in its address (``/?state=failed&q=4593``)."""
+API_PATHS = ("/api/targets", "/api/targets/{tag}", "/api/fleet", "/api/feeds", "/api/openapi.json")
+"""The API's addresses as the OpenAPI document names them (the tests hold the two equal)."""
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -130,8 +136,11 @@ class OverviewApp:
         return _conditional(answer, headers.get("if-none-match"))
 
     def _route(self, path: str, query: str) -> WebAnswer:
+        if path == "/":
+            _params(query, PAGE_PARAMS)  # the page's filter: the page reads the values
         if path in _STATIC:
-            _no_query(query)
+            if path != "/":
+                _no_query(query)
             name, content_type = _STATIC[path]
             return WebAnswer(HTTPStatus.OK, content_type, self._file(name))
         if path == "/api/openapi.json":

@@ -23,6 +23,7 @@ from releasebot.domain.errors import ConfigError
 from releasebot.domain.events import EventKind, MessageRef, build_event
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
+from releasebot.domain.versions import Arch
 from releasebot.edge.parse import ValueRefusedError, parse_listen_address
 from releasebot.edge.redact import Redactor
 from releasebot.service.overview import OverviewOptions, OverviewService
@@ -31,13 +32,36 @@ from releasebot.web.server import HttpServer
 from releasebot.wiring.core import open_store, utc_now
 
 DEMO_FINGERPRINT = "SHA256:demo0kEyFiNgErPrInT0nLyF0rThEdEm0"
-_DEMO_LOG = """\
-+ build-modules 580.105.08 6.12.54-flatcar
-  CC [M]  nvidia/nv.o
-  CC [M]  nvidia/os-interface.o
-nvidia/os-interface.c:412:5: error: implicit declaration of function 'vm_flags_set'
-make[2]: *** [scripts/Makefile.build:243: nvidia/os-interface.o] Error 1
-error: building the kernel modules failed (exit 2)"""
+
+
+def demo_failed_log(record: TargetRecord, arch: Arch) -> str:
+    """A failed build's log tail as the recipe prints it, for ``record``'s own driver,
+    Flatcar version and kernel (a log naming another target's would mislead a newcomer)."""
+    target = record.target
+    kernel = f"{target.kernel}-flatcar"
+    return "\n".join(
+        (
+            f"build-modules: NVIDIA {target.driver_version.text} for Flatcar "
+            f"{target.flatcar_version.text} ({arch.value}), kernel {kernel}",
+            f"make -C /usr/lib/modules/{kernel}/build M=/build/kernel modules",
+            "  CC [M]  nvidia/nv.o",
+            "  CC [M]  nvidia/os-interface.o",
+            "nvidia/os-interface.c:412:5: error: implicit declaration of function 'vm_flags_set'",
+            "make[2]: *** [scripts/Makefile.build:243: nvidia/os-interface.o] Error 1",
+            f"build-modules: ERROR: the kernel modules of NVIDIA {target.driver_version.text} "
+            f"do not build against {kernel} (exit 2)",
+        )
+    )
+
+
+def demo_push_log(record: TargetRecord, arch: Arch) -> str:
+    """A push that failed for the registry's sake, naming ``record``'s own tag and arch."""
+    return "\n".join(
+        (
+            f"INFO Pushing image to registry.example.com/nvidia/driver:{record.tag} ({arch.value})",
+            "error pushing image: 503 Service Unavailable",
+        )
+    )
 
 
 def overview_app(settings: Settings, store: StateStore) -> OverviewApp:
@@ -111,7 +135,7 @@ def seed_demo_builds(store: StateStore) -> list[str]:
                 now,
                 reason=FailureReason.EXIT_CODE,
                 message="the build container exited with code 2",
-                log_tail=_DEMO_LOG,
+                log=demo_failed_log,
                 finished_at=now - timedelta(minutes=20),
             )
         elif index == 2:
@@ -130,7 +154,7 @@ def seed_demo_builds(store: StateStore) -> list[str]:
                 now,
                 reason=FailureReason.PUSH_UNVERIFIED,
                 message="error pushing image: 503 Service Unavailable",
-                log_tail="error pushing image: 503 Service Unavailable",
+                log=demo_push_log,
                 finished_at=now,
             )
         else:
@@ -167,6 +191,7 @@ def _demo_builds(
     attempt: int,
     state: BuildState,
     now: datetime,
+    log: Callable[[TargetRecord, Arch], str] | None = None,
     **fields: Any,
 ) -> list[BuildRecord]:
     started = now - timedelta(minutes=25 * attempt)
@@ -179,6 +204,7 @@ def _demo_builds(
             destination_tag=record.tag,
             state=state,
             created_at=started,
+            log_tail=None if log is None else log(record, arch),
             **fields,
         )
         for arch in record.target.arches

@@ -3,12 +3,14 @@
 Each test gets an empty database (a SQLite file, or a fresh PostgreSQL database dropped
 afterwards) and checks: upgrade to head, downgrade to base, upgrade again; that autogenerate
 finds no drift between the migrated schema and ``tables.metadata``; that URLs work as well
-as engines; that several processes upgrading one empty database at once all succeed; and
-that migration errors come out as ``StoreError``.
+as engines; that several processes upgrading one empty database at once all succeed; that
+migration errors come out as ``StoreError``; and that 0008 masks the credentials older
+releases stored in clear, in every text column, over more rows than one page.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, insert, inspect, select
 from sqlalchemy.engine import URL, make_url
 
 from releasebot.domain.errors import StoreError
@@ -26,7 +28,16 @@ from releasebot.domain.models import Validators
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
-from releasebot.store.tables import metadata
+from releasebot.store.tables import (
+    builds,
+    feeds,
+    fleet_nodes,
+    metadata,
+    outbox,
+    retention_deletions,
+    targets,
+)
+from tests.support.leaks import KEPT, LEAK, clear_secrets
 from tests.support.postgres import fresh_postgres_database
 
 TABLES = {table.name for table in metadata.sorted_tables}
@@ -172,3 +183,129 @@ def test_the_source_tree_migrations_are_found() -> None:
 def test_the_head_constant_matches_the_migration_scripts() -> None:
     # is_at_head() compares against HEAD_REVISION without importing Alembic: keep them equal.
     assert migrate.head_revision() == migrate.HEAD_REVISION
+
+
+def _rows_in_clear(engine: Engine, now: datetime) -> None:
+    """What a release before 0008 stored: every outside text with credentials in clear."""
+    target = {
+        "tag": "580.178.04-flatcar4593.2.5",
+        "driver_version": "580.178.04",
+        "driver_branch": "580",
+        "flatcar_version": "4593.2.5",
+        "flatcar_channel": "stable",
+        "kernel": "6.12.102",
+        "arches": "amd64",
+        "reasons": "fleet",
+        "state": "failed",
+        "required": True,
+        "first_planned_at": now,
+        "updated_at": now,
+        "attempts": 1,
+        "last_error": LEAK,
+    }
+    at_the_limit = "x" * (1000 - len(" password=ab")) + " password=ab"
+    payload = json.dumps({"tag": target["tag"], "error": LEAK, "jobs": [LEAK]}, sort_keys=True)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(feeds),
+            [
+                {"name": "nvidia", "url": "u", "last_error": LEAK, "consecutive_failures": 1},
+                {"name": "full", "url": "u", "last_error": at_the_limit, "consecutive_failures": 1},
+            ],
+        )
+        conn.execute(insert(targets), [target])
+        conn.execute(
+            insert(builds),
+            [
+                {
+                    "tag": target["tag"],
+                    "arch": "amd64",
+                    "attempt": 1,
+                    "job_name": "rb-job-1",
+                    "destination_tag": target["tag"],
+                    "state": "failed",
+                    "message": LEAK,
+                    "log_tail": "make: *** Error 2\n" + LEAK,
+                    "created_at": now,
+                }
+            ],
+        )
+        rows = _page_rows() * 2 + 7  # more than one page
+        conn.execute(
+            insert(outbox),
+            [
+                {
+                    "kind": "build-failed",
+                    "message_key": f"build:{index}",
+                    "subject": "s",
+                    "payload": payload,
+                    "created_at": now,
+                    "last_error": LEAK,
+                }
+                for index in range(rows)
+            ],
+        )
+        conn.execute(
+            insert(fleet_nodes),
+            [
+                {
+                    "name": "gpu-odd",
+                    "gpu": True,
+                    "ignored_reason": LEAK,
+                    "first_seen_at": now,
+                    "last_seen_at": now,
+                }
+            ],
+        )
+        conn.execute(
+            insert(retention_deletions),
+            [
+                {
+                    "tag": "570.1.1-flatcar4459.2.4",
+                    "digest": "sha256:" + "a" * 64,
+                    "flatcar_version": "4459.2.4",
+                    "reason": LEAK,
+                    "deleted_at": now,
+                }
+            ],
+        )
+
+
+def _page_rows() -> int:
+    """0008's page size, read from the script itself (a module Alembic loads by path)."""
+    script = migrate.migrations_dir() / "versions" / "0008_mask_stored_text.py"
+    for line in script.read_text().splitlines():
+        if line.startswith("PAGE_ROWS = "):
+            return int(line.split("=", 1)[1])
+    raise AssertionError("0008 names no PAGE_ROWS")
+
+
+def test_0008_masks_what_older_releases_stored_in_clear(engine: Engine) -> None:
+    migrate.upgrade(engine, "0006")
+    _rows_in_clear(engine, datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
+    before = {column for column, _secret in clear_secrets(engine)}
+    assert before == {
+        "feeds.last_error",
+        "targets.last_error",
+        "builds.message",
+        "builds.log_tail",
+        "outbox.payload",
+        "outbox.last_error",
+        "fleet_nodes.ignored_reason",
+        "retention_deletions.reason",
+    }
+    migrate.upgrade(engine)
+    assert clear_secrets(engine) == []
+    with engine.connect() as conn:
+        errors = dict(conn.execute(select(feeds.c.name, feeds.c.last_error)).all())
+        payloads = conn.execute(select(outbox.c.payload)).scalars().all()
+        [log] = conn.execute(select(builds.c.log_tail)).scalars().all()
+    assert all(kept in errors["nvidia"] for kept in KEPT)  # masked, not dropped
+    assert "***" in errors["nvidia"]
+    assert len(errors["full"]) <= 1000  # the mask is longer than "ab": cut as the store cuts
+    assert all("***" in json.loads(payload)["error"] for payload in payloads)
+    assert log.startswith("make: *** Error 2\n")
+    # the downgrade unmasks nothing (it cannot), and changes no schema
+    migrate.downgrade(engine, "0006")
+    assert clear_secrets(engine) == []
+    assert tables_in(engine) == TABLES | {"alembic_version"}

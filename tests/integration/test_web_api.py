@@ -1,11 +1,16 @@
-"""The coverage page's JSON API over real HTTP on a real SQLite store: every answer
-validated against the OpenAPI document the server itself serves; ETag and 304; 404 for
-unknown paths and targets, 400 naming a bad query, 503 when the store is down; hostile
-stored text comes out without control characters; no secret is ever in an answer."""
+"""The coverage page's JSON API over real HTTP on a real SQLite store: every answer of every
+test validated against the OpenAPI document the server itself serves (a status the
+document does not list for that address fails, as does a body its schema refuses), and
+every address probed with every kind of request it can get (bad parameters, a bad or
+unknown tag, If-None-Match, a store that is down) so the document lists exactly what each
+answers; ETag and 304; 404 for unknown paths and targets, 400 naming a bad query, 503 when
+the store is down; hostile stored text comes out without control characters; no secret is
+ever in an answer."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -22,15 +27,19 @@ from releasebot.config import Settings
 from releasebot.domain.models import TargetState
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
+from releasebot.web.openapi import openapi_document
+from releasebot.web.overview import API_PATHS
 from releasebot.wiring import open_store, utc_now
 from tests.support.overview import (
     BUILDING_TAG,
     COVERED_TAGS,
     FAILED_TAG,
     PageServer,
+    planned_targets,
     seed_overview,
     set_state,
 )
+from tests.support.targets import make_target
 
 SECRET = "hunter2-registry-password"
 
@@ -58,8 +67,40 @@ def _validator(document: dict[str, Any], name: str) -> jsonschema.Draft202012Val
     )
 
 
+DOCUMENT = openapi_document()
+"""What the server serves at /api/openapi.json (``test_the_served_document_is_the_one``)."""
+
+
+def _documented(path: str) -> tuple[str, dict[str, Any]] | None:
+    """The document's address ``path`` falls under, and its answers; ``None``: not the API's."""
+    address = path.split("?", 1)[0]
+    for template, item in DOCUMENT["paths"].items():
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, address):
+            return template, item["get"]["responses"]
+    return None
+
+
 def _get(page: PageServer, path: str, **headers: str) -> httpx.Response:
-    return httpx.get(page.url + path, headers=headers, timeout=10)
+    """GET ``path``; an API answer whose status the document does not list for its address,
+    or whose body the listed schema refuses, fails the test that asked."""
+    answer = httpx.get(page.url + path, headers=headers, timeout=10)
+    documented = _documented(path)
+    if documented is None:  # the page and its files, or no address at all
+        if path.startswith("/api"):
+            assert answer.status_code == 404, (path, answer.status_code)
+        return answer
+    template, responses = documented
+    status = str(answer.status_code)
+    assert status in responses, f"{path} answered {status}, not in the document for {template}"
+    content = responses[status].get("content")
+    if content is None:
+        assert answer.content == b"", path
+    else:
+        schema = content["application/json"]["schema"]
+        if "$ref" in schema:
+            _validator(DOCUMENT, schema["$ref"].rsplit("/", 1)[1]).validate(answer.json())
+    return answer
 
 
 def test_every_answer_validates_against_the_served_schema(page: PageServer) -> None:
@@ -91,6 +132,52 @@ def test_every_answer_validates_against_the_served_schema(page: PageServer) -> N
         _validator(document, "Fleet").validate(extra)
 
 
+def test_the_served_document_is_the_one_and_names_every_address(page: PageServer) -> None:
+    assert _get(page, "/api/openapi.json").json() == json.loads(json.dumps(DOCUMENT))
+    assert set(DOCUMENT["paths"]) == set(API_PATHS)
+
+
+def _probes(template: str) -> list[tuple[str, dict[str, str]]]:
+    """Every kind of request an address can get, as (path, headers)."""
+    path = template.replace("{tag}", FAILED_TAG)
+    probes = [
+        (path, {}),
+        (path + "?surprise=1", {}),
+        (path + "?state=failed&state=failed", {}),
+        (path + "?" + "a" * 600, {}),
+        (path + "?%zz", {}),
+    ]
+    if "{tag}" in template:
+        probes += [
+            (template.replace("{tag}", "%0a%1b"), {}),
+            (template.replace("{tag}", "595.1.1-flatcar1.2.3"), {}),
+        ]
+    else:
+        probes += [(path + "?state=bogus", {}), (path + "?flatcar=latest&driver=x", {})]
+    return probes
+
+
+def test_every_status_each_address_answers_is_documented(page: PageServer) -> None:
+    """Every address, asked everything it can be asked, on a working store and on one that
+    is down: each answer's status is in the document (``_get`` fails otherwise), and each
+    status the document lists is one the address really answers."""
+    down_engine = make_engine("postgresql+psycopg://releasebot@127.0.0.1:9/none")
+    try:
+        with PageServer(SqlStateStore(down_engine)) as down:
+            for template, item in DOCUMENT["paths"].items():
+                seen = set()
+                for path, headers in _probes(template):
+                    for server in (page, down):
+                        answer = _get(server, path, **headers)
+                        seen.add(str(answer.status_code))
+                        if etag := answer.headers.get("ETag"):
+                            again = _get(server, path, **{"If-None-Match": etag})
+                            seen.add(str(again.status_code))
+                assert seen == set(item["get"]["responses"]), template
+    finally:
+        down_engine.dispose()
+
+
 def test_the_matrix_has_the_seeded_states(page: PageServer) -> None:
     matrix = _get(page, "/api/targets").json()
     assert matrix["drivers"] == ["580.178.04", "570.195.03"]
@@ -111,6 +198,8 @@ def test_the_banner_follows_the_store(page: PageServer, store: SqlStateStore) ->
         "covered": True,
         "text": "2 GPU nodes on 1 Flatcar version: all covered",
         "uncovered": [],
+        "uncovered_nodes": 0,
+        "help": None,
     }
     assert fleet["ignored"][0]["name"] == "gpu-u"
     set_state(store, COVERED_TAGS[0], TargetState.MISSING)
@@ -118,7 +207,12 @@ def test_the_banner_follows_the_store(page: PageServer, store: SqlStateStore) ->
     assert not banner["covered"]
     assert banner["uncovered"][0]["nodes"] == ["gpu-a", "gpu-b"]
     assert banner["uncovered"][0]["verdict"] == "missing"
-    assert "2 nodes run 4593.2.5 without an image (missing) since" in banner["text"]
+    assert banner["uncovered"][0]["tags"][0]["tag"] == COVERED_TAGS[0]
+    assert f"2 nodes run 4593.2.5 without {COVERED_TAGS[0]} (missing) since" in banner["text"]
+    # the channel policy's other driver failing on the same version is not the nodes' image
+    set_state(store, COVERED_TAGS[0], TargetState.PUBLISHED)
+    set_state(store, COVERED_TAGS[1], TargetState.FAILED)
+    assert _get(page, "/api/fleet").json()["banner"]["covered"] is True
 
 
 def test_etag_and_not_modified(page: PageServer, store: SqlStateStore) -> None:
@@ -149,17 +243,44 @@ def test_etag_and_not_modified(page: PageServer, store: SqlStateStore) -> None:
         ("/api/targets/%0a%1b", 400, "is not an image tag"),
         ("/api/fleet?x=1", 400, "takes no query parameters"),
         ("/api/targets?" + "a" * 600, 400, "longer than"),
+        ("/?colour=red", 400, "unknown parameter 'colour'"),
     ],
 )
 def test_bad_requests_get_one_line(page: PageServer, path: str, status: int, says: str) -> None:
     answer = _get(page, path)
     assert answer.status_code == status
-    if path.startswith("/api"):
+    if path.startswith(("/api", "/?")):
         assert says in answer.json()["error"]
         assert "\n" not in answer.json()["error"]
         assert "Traceback" not in answer.text
     else:
         assert says in answer.text
+
+
+def test_the_page_takes_its_filter_in_its_address(page: PageServer) -> None:
+    answer = _get(page, "/?state=failed&q=4593.2&flatcar=4593.2.4&driver=580.178.04")
+    assert answer.status_code == 200
+    assert "<title>releasebot" in answer.text
+
+
+def test_the_matrix_tells_published_from_found_in_the_registry(
+    page: PageServer, store: SqlStateStore
+) -> None:
+    now = utc_now()
+    found = make_target(driver="575.64.05", flatcar="4593.2.5")
+    records = {r.tag: r for r in store.sync_targets(planned_targets(found), now)}
+    store.save(targets=[replace(records[found.tag], state=TargetState.PUBLISHED, published_at=now)])
+    cells = {
+        cell["tag"]: cell
+        for row in _get(page, "/api/targets").json()["rows"]
+        for cell in row["cells"]
+        if cell
+    }
+    assert cells[found.tag]["found_in_registry"] is True
+    assert cells[found.tag]["published_after_seconds"] is None  # not "after 146 days"
+    assert cells[COVERED_TAGS[0]]["found_in_registry"] is False
+    assert cells[COVERED_TAGS[0]]["published_after_seconds"] > 0
+    assert _get(page, f"/api/targets/{found.tag}").json()["found_in_registry"] is True
 
 
 def test_hostile_stored_text_loses_its_control_characters(page: PageServer) -> None:

@@ -1,28 +1,50 @@
 """The coverage page in a real headless browser (Debian's chromium through chromedriver,
 driven by Selenium) against a real server on a real SQLite store: the matrix shows the
 seeded states in words and colour, the banner turns red when a node's image goes missing
-(on the page's own refresh), a cell opens the target's detail with its log tail and a
-copy button, hostile stored text stays text, and the page works at a phone's width."""
+(on the page's own refresh), names each missing or failed image with a link to its
+detail and what to do, and counts only the nodes without their image; a refresh with
+nothing changed redraws nothing (focus, selection and element identity stay) and one
+with a change keeps the focus; a cell opens the target's detail with its log tail scrolled
+to its end and each attempt's start and duration; a tag found in the registry shows no
+time to publish; the filter (state, search) narrows the matrix and lives in the address;
+the driver row stays in sight when the matrix scrolls; times are local with UTC on hover;
+hostile stored text stays text; and the page works at a phone's width."""
 
 from __future__ import annotations
 
 import re
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from releasebot.domain.builds import job_name
+from releasebot.domain.fleet import parse_node
 from releasebot.domain.models import TargetState
 from releasebot.domain.versions import Arch
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring import open_store, utc_now
-from tests.support.overview import COVERED_TAGS, FAILED_TAG, PageServer, seed_overview, set_state
+from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node
+from tests.support.overview import (
+    BUILDING_TAG,
+    COVERED_TAGS,
+    FAILED_TAG,
+    PageServer,
+    planned_targets,
+    seed_overview,
+    set_state,
+)
+from tests.support.targets import make_target
 from tests.support.tools import missing_tool
 
 WAIT_SECONDS = 30  # generous: two loaded cores start chromium slowly
@@ -103,18 +125,253 @@ def test_the_matrix_shows_each_state_in_words_and_colour(
 def test_the_banner_turns_red_when_a_node_loses_its_image(
     page: PageServer, browser: webdriver.Chrome, store: SqlStateStore
 ) -> None:
-    set_state(store, COVERED_TAGS[1], TargetState.MISSING)
+    set_state(store, COVERED_TAGS[0], TargetState.MISSING)
     browser.execute_script("refresh()")  # what the page's timer calls every 15 s
     _wait(browser, lambda b: "uncovered" in _banner(b)[0])
     _classes, text = _banner(browser)
-    assert "2 nodes run Flatcar 4593.2.5 without an image (missing)" in text
+    assert text.startswith("✗ 2 of 2 GPU nodes not covered (on 1 Flatcar version)")
+    assert "2 nodes run Flatcar 4593.2.5 without its image since" in text
     assert "gpu-a, gpu-b" in text
     assert browser.find_element(By.ID, "banner").value_of_css_property("color") != (
         browser.find_element(By.TAG_NAME, "body").value_of_css_property("color")
     )
-    set_state(store, COVERED_TAGS[1], TargetState.PUBLISHED)
+    set_state(store, COVERED_TAGS[0], TargetState.PUBLISHED)
     browser.execute_script("refresh()")
     _wait(browser, lambda b: _banner(b)[0] == "banner covered")
+
+
+SIZES = {"desktop": (1280, 900), "phone": (390, 844)}
+
+
+def _refresh(browser: webdriver.Chrome) -> None:
+    """One run of the page's own refresh (what its timer calls every 15 s), to its end."""
+    browser.execute_async_script("refresh().then(arguments[arguments.length - 1])")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_banner_names_each_missing_image_and_what_to_do(
+    page: PageServer, browser: webdriver.Chrome, store: SqlStateStore, size: str
+) -> None:
+    browser.set_window_size(*SIZES[size])
+    # the channel policy's other driver failing is no node's image: still covered
+    set_state(store, COVERED_TAGS[1], TargetState.FAILED)
+    _refresh(browser)
+    assert _banner(browser)[0] == "banner covered"
+    # a third node, on 4593.2.4, whose own image (580.178.04) failed
+    nodes = [gpu_node(name, "4593.2.5") for name in ("gpu-a", "gpu-b")]
+    nodes += [gpu_node("gpu-c", "4593.2.4"), ubuntu_gpu_node("gpu-u")]
+    store.record_fleet([parse_node(node) for node in nodes], utc_now() + timedelta(seconds=1))
+    _refresh(browser)
+    _wait(browser, lambda b: "uncovered" in _banner(b)[0])
+    banner = browser.find_element(By.ID, "banner")
+    assert banner.text.startswith("✗ 1 of 3 GPU nodes not covered (on 2 Flatcar versions)")
+    assert "1 node runs Flatcar 4593.2.4 without its image since" in banner.text
+    assert COVERED_TAGS[1] not in banner.text  # the policy's failure is not the nodes'
+    [link] = banner.find_elements(By.CSS_SELECTOR, "ul.tags a")
+    assert link.text == FAILED_TAG
+    command = banner.find_element(By.CSS_SELECTOR, "ul.tags code").text
+    assert command == f"/releasebot retry {FAILED_TAG}"
+    assert "GPU nodes without a driver image" in banner.text
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= (
+        browser.execute_script("return document.documentElement.clientWidth")
+    )
+    link.click()
+    _wait(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "#detail:not([hidden]) pre.log"))
+    assert browser.find_element(By.ID, "detail-title").text == FAILED_TAG
+
+
+def test_a_refresh_with_nothing_changed_redraws_nothing(
+    page: PageServer, browser: webdriver.Chrome, store: SqlStateStore
+) -> None:
+    browser.get(page.url + "/#/target/" + FAILED_TAG)
+    log = _wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, "#detail:not([hidden]) pre.log"))
+    assert isinstance(log, WebElement)
+    cell = browser.find_element(By.CSS_SELECTOR, f'#matrix a.cell[data-tag="{BUILDING_TAG}"]')
+    banner = browser.find_element(By.CSS_SELECTOR, "#banner")
+    feed = browser.find_element(By.CSS_SELECTOR, 'tr[data-feed="nvidia"]')
+    browser.execute_script("arguments[0].focus()", cell)
+    select = (
+        "const range = document.createRange(); range.selectNodeContents(arguments[0]);"
+        "getSelection().removeAllRanges(); getSelection().addRange(range);"
+    )
+    browser.execute_script(select, log)
+    selected = browser.execute_script("return getSelection().toString()")
+    assert "Error 2" in selected
+    _refresh(browser)
+    _refresh(browser)
+    # the same elements, still in the page; focus and selection untouched
+    for element in (log, cell, feed):
+        assert element.is_displayed()  # a redrawn element would be stale and raise
+    assert browser.switch_to.active_element == cell
+    assert browser.execute_script("return getSelection().toString()") == selected
+    assert banner.text
+    # a change elsewhere (a feed) redraws that part only
+    store.record_feed_failure("nvidia", "https://example.test/nvidia.json", "new error", utc_now())
+    _refresh(browser)
+    assert "new error" in browser.find_element(By.CSS_SELECTOR, 'tr[data-feed="nvidia"]').text
+    assert cell.is_displayed()
+    assert log.is_displayed()
+    assert browser.switch_to.active_element == cell
+    assert browser.execute_script("return getSelection().toString()") == selected
+    # a change in the matrix redraws it, and the focused cell is focused again
+    set_state(store, COVERED_TAGS[1], TargetState.MISSING)
+    _refresh(browser)
+    focused = browser.switch_to.active_element
+    assert focused.get_attribute("data-tag") == BUILDING_TAG
+    assert focused != cell  # drawn again...
+    assert log.is_displayed()  # ...but not the detail, whose target did not change
+
+
+def _long_log(store: SqlStateStore) -> str:
+    [build] = store.builds(tag=FAILED_TAG)
+    lines = [f"  CC [M]  nvidia/file{index}.o" for index in range(200)]
+    log = "\n".join([*lines, "error: the modules do not build (the line that matters)"])
+    now = utc_now()
+    store.save(
+        builds=[
+            replace(build, log_tail=log, created_at=now - timedelta(minutes=25), finished_at=now)
+        ]
+    )
+    return log
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_log_tail_opens_at_its_end_and_attempts_say_when(
+    page: PageServer, browser: webdriver.Chrome, store: SqlStateStore, size: str
+) -> None:
+    _long_log(store)
+    browser.set_window_size(*SIZES[size])
+    browser.get(page.url + "/#/target/" + FAILED_TAG)
+    log = _wait(browser, lambda b: b.find_element(By.CSS_SELECTOR, "#detail:not([hidden]) pre.log"))
+    assert isinstance(log, WebElement)
+    top, client, height = browser.execute_script(
+        "const l = arguments[0]; return [l.scrollTop, l.clientHeight, l.scrollHeight]", log
+    )
+    assert height > client  # it does scroll...
+    assert top + client >= height - 2  # ...and shows its end: the error
+    heading = browser.find_element(By.CSS_SELECTOR, ".attempt h3")
+    assert re.search(r"Attempt 1 · started .+, took 25 min", heading.text), heading.text
+    started = heading.find_element(By.TAG_NAME, "time")
+    assert (started.get_attribute("title") or "").endswith(" UTC")
+
+
+def test_a_tag_found_in_the_registry_shows_no_time_to_publish(
+    page: PageServer, browser: webdriver.Chrome, store: SqlStateStore
+) -> None:
+    now = utc_now()
+    found = make_target(driver="575.64.05", flatcar="4593.2.5")
+    records = {r.tag: r for r in store.sync_targets(planned_targets(found), now)}
+    store.save(targets=[replace(records[found.tag], state=TargetState.PUBLISHED, published_at=now)])
+    browser.get(page.url + "/")
+    cell = _wait(
+        browser, lambda b: b.find_element(By.CSS_SELECTOR, f'a.cell[data-tag="{found.tag}"]')
+    )
+    assert isinstance(cell, WebElement)
+    assert cell.text == "✓ published"  # no "after 146 days"
+    assert "already in the registry when first seen" in (cell.get_attribute("title") or "")
+    built = browser.find_element(By.CSS_SELECTOR, f'a.cell[data-tag="{COVERED_TAGS[0]}"]')
+    assert "after" in built.text
+    cell.click()
+    _wait(browser, lambda b: b.find_element(By.ID, "detail-title").text == found.tag)
+    assert "already in the registry when first seen" in browser.find_element(By.ID, "detail").text
+
+
+def _shown_tags(browser: webdriver.Chrome) -> set[str]:
+    """The matrix's cells, read in one go (the page may be redrawing it meanwhile)."""
+    tags: list[str] = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#matrix a.cell'), (c) => c.dataset.tag)"
+    )
+    return set(tags)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_filter_narrows_the_matrix_and_lives_in_the_address(
+    page: PageServer, browser: webdriver.Chrome, size: str
+) -> None:
+    browser.set_window_size(*SIZES[size])
+    everything = {*COVERED_TAGS, FAILED_TAG, BUILDING_TAG}
+    assert _shown_tags(browser) == everything
+    Select(browser.find_element(By.ID, "filter-state")).select_by_value("failed")
+    _wait(browser, lambda b: _shown_tags(b) == {FAILED_TAG})
+    assert browser.current_url.endswith("/?state=failed")
+    search = browser.find_element(By.ID, "filter-q")
+    search.send_keys("570")
+    _wait(browser, lambda b: "q=570" in b.current_url)
+    _wait(browser, lambda b: b.find_element(By.ID, "matrix").text == "Nothing matches the filter.")
+    Select(browser.find_element(By.ID, "filter-state")).select_by_value("")
+    _wait(browser, lambda b: _shown_tags(b) == {COVERED_TAGS[1], BUILDING_TAG})
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#matrix thead th")]
+    assert headers == ["Flatcar", "570.195.03"]  # the other driver's column is gone
+    # a link keeps the filter: open it afresh
+    browser.get(page.url + "/?q=4593.2.4")
+    _wait(browser, lambda b: _shown_tags(b) == {FAILED_TAG, BUILDING_TAG})
+    assert browser.find_element(By.ID, "filter-q").get_attribute("value") == "4593.2.4"
+    assert "Showing 1 Flatcar version" in browser.find_element(By.ID, "counts").text
+    browser.find_element(By.ID, "filter-clear").click()
+    _wait(browser, lambda b: _shown_tags(b) == everything)
+    assert browser.current_url == page.url + "/"
+    # a bad state in a link is one line that says what to do, never a traceback
+    browser.get(page.url + "/?state=" + quote("<b>bogus</b>"))
+    problem = _wait(
+        browser,
+        lambda b: (
+            b.find_element(By.ID, "problem").is_displayed() and b.find_element(By.ID, "problem")
+        ),
+    )
+    assert isinstance(problem, WebElement)
+    assert 'state "<b>bogus</b>" is not one of' in problem.text
+    assert not problem.find_elements(By.TAG_NAME, "b")
+
+
+def test_the_driver_row_stays_in_sight_when_the_matrix_scrolls(
+    page: PageServer, browser: webdriver.Chrome, store: SqlStateStore
+) -> None:
+    many = [make_target(driver="580.178.04", flatcar=f"4000.0.{n}") for n in range(40)]
+    store.sync_targets(planned_targets(*many), utc_now())
+    browser.get(page.url + "/")
+    _wait(browser, lambda b: len(b.find_elements(By.CSS_SELECTOR, "#matrix tbody tr")) > 40)
+    scroller = browser.find_element(By.CSS_SELECTOR, ".matrix-scroll")
+    browser.execute_script("arguments[0].scrollTop = 600", scroller)
+    header = browser.find_element(By.CSS_SELECTOR, "#matrix thead th.driver")
+    box_top, header_top, header_bottom = browser.execute_script(
+        "const s = arguments[0].getBoundingClientRect(), h = arguments[1].getBoundingClientRect();"
+        "return [s.top, h.top, h.bottom]",
+        scroller,
+        header,
+    )
+    assert browser.execute_script("return arguments[0].scrollTop", scroller) > 0
+    assert abs(header_top - box_top) <= 1.5  # stuck to the top of the scrolled matrix
+    assert header_bottom > header_top
+    # the row under it is really hidden behind it: the sticky header is drawn on top
+    covered = browser.execute_script(
+        "const h = arguments[0].getBoundingClientRect();"
+        "return document.elementFromPoint(h.left + 5, h.top + h.height / 2).closest('th')",
+        header,
+    )
+    assert covered == header
+
+
+def test_times_are_local_with_utc_on_hover(page: PageServer, browser: webdriver.Chrome) -> None:
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+    try:
+        browser.get(page.url + "/#/target/" + COVERED_TAGS[0])
+        _wait(browser, lambda b: b.find_element(By.ID, "detail-title").text == COVERED_TAGS[0])
+        published: Any = browser.execute_script(
+            "return fetch('/api/targets/' + arguments[0]).then((a) => a.json())"
+            ".then((d) => d.published_at)",
+            COVERED_TAGS[0],
+        )
+        shown = browser.find_element(By.CSS_SELECTOR, f'#detail time[datetime="{published}"]')
+        from datetime import datetime
+
+        at = datetime.fromisoformat(published)
+        assert shown.get_attribute("title") == at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        local = at + timedelta(hours=5, minutes=30)  # Asia/Kolkata, no daylight saving
+        assert f"{local.hour % 12 or 12}:{local.minute:02d}" in shown.text, shown.text
+        for element in browser.find_elements(By.CSS_SELECTOR, "time"):
+            assert (element.get_attribute("title") or "").endswith(" UTC")
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": ""})
 
 
 def test_a_cell_opens_the_targets_detail(page: PageServer, browser: webdriver.Chrome) -> None:

@@ -3,8 +3,9 @@
 ``seed_overview`` writes, through the store's own methods, the project's stable feed
 (4593.2.5 and 4593.2.4 among others), a failing NVIDIA feed whose error is hostile text,
 four targets (580.178.04 and 570.195.03 on 4593.2.5: published; on 4593.2.4: failed with a
-hostile log tail, and building) and a fleet of two GPU nodes on 4593.2.5, one of them
-about to reboot into 4593.2.5 again (nothing pending) and an Ubuntu GPU node ignored.
+hostile log tail, and building; 580.178.04 is the fleet's driver, 570.195.03 only the
+channel policy's: ``planned_targets``) and a fleet of two GPU nodes on 4593.2.5 and an
+Ubuntu GPU node ignored.
 ``PageServer`` serves ``wiring.web.overview_app`` for that store on a loopback port.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from releasebot.config import Settings
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason, job_name
 from releasebot.domain.fleet import parse_node
-from releasebot.domain.models import TargetRecord, TargetState, Validators
+from releasebot.domain.models import Target, TargetReason, TargetRecord, TargetState, Validators
 from releasebot.domain.ports import StateStore
 from releasebot.domain.versions import Arch
 from releasebot.sources.flatcar import parse_flatcar_feed
@@ -41,12 +42,7 @@ def seed_overview(store: StateStore, now: datetime) -> None:
         "flatcar/stable", "https://example.test/stable.json", releases, Validators(), now
     )
     store.record_feed_failure("nvidia", "https://example.test/nvidia.json", HOSTILE, now)
-    planned = [
-        make_target(driver=driver, flatcar=flatcar)
-        for flatcar in ("4593.2.5", "4593.2.4")
-        for driver in ("580.178.04", "570.195.03")
-    ]
-    records = {record.tag: record for record in store.sync_targets(planned, now)}
+    records = {record.tag: record for record in store.sync_targets(planned_targets(), now)}
     builds: list[BuildRecord] = []
     changed: list[TargetRecord] = []
     for tag in COVERED_TAGS:
@@ -80,6 +76,25 @@ def seed_overview(store: StateStore, now: datetime) -> None:
     store.save(targets=changed, builds=builds)
     nodes = [gpu_node("gpu-a", "4593.2.5"), gpu_node("gpu-b", "4593.2.5"), ubuntu_gpu_node("gpu-u")]
     store.record_fleet([parse_node(node) for node in nodes], now)
+
+
+FLEET_DRIVER = "580.178.04"
+"""The driver the GPU Operator gives the nodes; 570.195.03 is only the channel policy's."""
+
+
+def planned_targets(*extra: Target) -> list[Target]:
+    """The seeded plan (and ``extra``): 580.178.04 for the fleet and the channel policy,
+    570.195.03 for the channel policy only."""
+    return [
+        replace(
+            make_target(driver=driver, flatcar=flatcar),
+            reasons=frozenset({TargetReason.FLEET, TargetReason.CHANNEL})
+            if driver == FLEET_DRIVER
+            else frozenset({TargetReason.CHANNEL}),
+        )
+        for flatcar in ("4593.2.5", "4593.2.4")
+        for driver in (FLEET_DRIVER, "570.195.03")
+    ] + list(extra)
 
 
 def set_state(store: StateStore, tag: str, state: TargetState) -> None:

@@ -1,33 +1,46 @@
-"""The coverage page's view (``domain/overview.py``), pure: which nodes are current, each
-node's verdict from the stored targets, the banner's words and its "since", the matrix's
-rows, columns and filters, a target's detail (Slack link, signature, log tail) and the
-removal of control characters from stored text."""
+"""The coverage page's view (``domain/overview.py``, ``overview_fleet.py``,
+``overview_words.py``), pure: which nodes are current, each
+node's verdict from its own stored targets (not the channel policy's other drivers), the
+banner's words, the images it names with what to do, the count of nodes without theirs and
+its "since", the matrix's rows, columns and filters, time to publish only for what
+releasebot's builds published, a target's detail (Slack link, signature, log tail, each
+attempt's start and duration) and the removal of control characters from stored text."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.events import EventKind, MessageRef, StoredEvent, build_event
 from releasebot.domain.fleet_records import FleetObservation, FleetRecord
-from releasebot.domain.models import FeedState, TargetRecord, TargetState, Validators
+from releasebot.domain.models import (
+    FeedState,
+    FlatcarRelease,
+    TargetReason,
+    TargetRecord,
+    TargetState,
+    Validators,
+)
 from releasebot.domain.overview import (
-    STATE_WORDS,
-    cell_words,
-    current_fleet,
     feeds_view,
-    fleet_view,
     matrix_view,
     public_url,
     slack_link,
     target_detail,
 )
+from releasebot.domain.overview_fleet import BANNER_HELP, current_fleet, fleet_view, tag_action
+from releasebot.domain.overview_words import STATE_WORDS, cell_words
 from releasebot.domain.versions import Arch
 from tests.support.targets import make_target
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
 
 
 def node(
@@ -49,10 +62,32 @@ def target(
     driver: str = "580.178.04",
     flatcar: str = "4593.2.5",
     state: TargetState = TargetState.PUBLISHED,
+    reasons: frozenset[TargetReason] = frozenset(),
     **fields: object,
 ) -> TargetRecord:
-    record = TargetRecord.new(make_target(driver=driver, flatcar=flatcar), now=NOW - 20 * HOUR)
+    planned = replace(make_target(driver=driver, flatcar=flatcar), reasons=reasons)
+    record = TargetRecord.new(planned, now=NOW - 20 * HOUR)
     return replace(record, state=state, **fields)
+
+
+def job(
+    record: TargetRecord,
+    attempt: int = 1,
+    state: BuildState = BuildState.SUCCEEDED,
+    arch: Arch = Arch.AMD64,
+    created: datetime = NOW - 2 * HOUR,
+    finished: datetime | None = NOW - HOUR,
+) -> BuildRecord:
+    return BuildRecord(
+        tag=record.tag,
+        arch=arch,
+        attempt=attempt,
+        job_name=f"rb-{record.tag}-{arch.value}-{attempt}",
+        destination_tag=record.tag,
+        state=state,
+        created_at=created,
+        finished_at=finished,
+    )
 
 
 def test_only_the_latest_listings_nodes_are_current() -> None:
@@ -69,6 +104,8 @@ def test_all_covered_and_nothing_seen() -> None:
         "covered": True,
         "text": "2 GPU nodes on 2 Flatcar versions: all covered",
         "uncovered": [],
+        "uncovered_nodes": 0,
+        "help": None,
     }
     assert fleet_view([], [], gate=False)["banner"]["text"] == "No GPU node seen yet"
 
@@ -86,11 +123,22 @@ def test_a_node_whose_image_is_missing_is_uncovered_since_the_later_of_both() ->
         "verdict": "missing",
         "nodes": ["a", "b"],
         "since": (NOW - 2 * HOUR).isoformat(),
+        "tags": [
+            {
+                "tag": lost.tag,
+                "state": "missing",
+                "words": "missing",
+                "action": "the next cycle builds it; if none does, see docs/operations.md, "
+                "“Required tags not published”",
+            }
+        ],
     }
     assert banner["text"] == (
-        "2 GPU nodes on 1 Flatcar version: NOT covered: 2 nodes run 4593.2.5 without an "
-        f"image (missing) since {(NOW - 2 * HOUR).isoformat()}"
+        f"2 of 2 GPU nodes on 1 Flatcar version NOT covered: 2 nodes run 4593.2.5 without "
+        f"{lost.tag} (missing) since {(NOW - 2 * HOUR).isoformat()}"
     )
+    assert banner["uncovered_nodes"] == 2
+    assert "GPU nodes without a driver image" in banner["help"]
     # a node that arrived after the image went missing: since the node arrived
     late = fleet_view([node("c", first=NOW - HOUR)], [lost], gate=False)
     assert late["banner"]["uncovered"][0]["since"] == (NOW - HOUR).isoformat()
@@ -111,7 +159,13 @@ def test_a_pending_reboot_without_an_image_and_the_gate() -> None:
     fleet = fleet_view([node("a", pending="4628.0.0"), node("b")], records, gate=True)
     [entry] = fleet["banner"]["uncovered"]
     assert (entry["flatcar_version"], entry["pending"], entry["nodes"]) == ("4628.0.0", True, ["a"])
-    assert "1 node will reboot into 4628.0.0 without an image (failed)" in fleet["banner"]["text"]
+    failed_tag = records[1].tag
+    assert fleet["banner"]["text"].startswith(
+        f"1 of 2 GPU nodes on 1 Flatcar version NOT covered: 1 node will reboot into 4628.0.0 "
+        f"without {failed_tag} (failed) since"
+    )
+    [missing] = entry["tags"]
+    assert missing["action"] == f"fix the cause in its detail, then /releasebot retry {failed_tag}"
     gates = {n["name"]: n["gate"] for n in fleet["nodes"]}
     assert gates == {
         "a": {"ready": False, "text": "held: the image for 4628.0.0 is failed"},
@@ -128,6 +182,109 @@ def test_a_pending_reboot_without_an_image_and_the_gate() -> None:
     assert (
         fleet_view([node("a", pending="4628.0.0")], records, gate=False)["nodes"][0]["gate"] is None
     )
+
+
+FLEET = frozenset({TargetReason.FLEET})
+CHANNEL = frozenset({TargetReason.CHANNEL})
+
+
+@pytest.mark.parametrize("other", list(TargetState))
+def test_a_driver_only_the_channel_policy_wants_is_not_a_nodes_image(other: TargetState) -> None:
+    """Whatever state another driver's image is in, a node whose own image is published is
+    covered, and the banner counts and names only what the uncovered nodes miss."""
+    own = target(reasons=FLEET | CHANNEL)
+    policy_only = target("570.195.03", state=other, reasons=CHANNEL)
+    fleet = fleet_view([node("a"), node("b")], [own, policy_only], gate=False)
+    assert fleet["banner"]["covered"] is True, other
+    assert [n["verdict"] for n in fleet["nodes"]] == ["verified", "verified"]
+    assert fleet["nodes"][0]["tags"] == [own.tag]
+
+
+def test_the_headline_counts_only_the_nodes_without_their_own_image() -> None:
+    records = [
+        target(flatcar="4593.2.5", reasons=FLEET),
+        target("570.195.03", "4593.2.5", TargetState.FAILED, reasons=CHANNEL),
+        target(flatcar="4593.2.4", state=TargetState.FAILED, reasons=FLEET),
+        target(flatcar="4628.0.0", state=TargetState.INCOMPATIBLE, reasons=FLEET),
+    ]
+    nodes = [
+        node("ok-1"),
+        node("ok-2"),
+        node("old", "4593.2.4"),
+        node("both", "4593.2.4", pending="4628.0.0"),
+    ]
+    banner = fleet_view(nodes, records, gate=False)["banner"]
+    assert banner["uncovered_nodes"] == 2  # "both" once, though on two entries
+    assert banner["text"].startswith("2 of 4 GPU nodes on 2 Flatcar versions NOT covered: ")
+    named = {tag["tag"]: tag for entry in banner["uncovered"] for tag in entry["tags"]}
+    assert set(named) == {records[2].tag, records[3].tag}  # never the policy's 570 failure
+    assert named[records[2].tag]["action"].endswith(f"/releasebot retry {records[2].tag}")
+    assert "Incompatible" in named[records[3].tag]["action"]
+    assert "570.195.03" not in banner["text"]
+
+
+def test_without_fleet_reasons_every_required_target_of_the_version_counts() -> None:
+    """Rows written before the fleet view, or with it off: no target says whose it is."""
+    records = [target(), target("570.195.03", state=TargetState.FAILED)]
+    banner = fleet_view([node("a")], records, gate=False)["banner"]
+    assert banner["uncovered_nodes"] == 1
+    assert [t["tag"] for t in banner["uncovered"][0]["tags"]] == [records[1].tag]
+
+
+def test_a_version_with_no_planned_image_says_so() -> None:
+    banner = fleet_view([node("a", "4459.2.4")], [target()], gate=False)["banner"]
+    assert banner["uncovered"][0]["tags"] == []
+    assert "without an image (missing: none planned) since" in banner["text"]
+
+
+def test_time_to_publish_only_for_what_releasebots_builds_published() -> None:
+    released = NOW - 146 * 24 * HOUR
+    release = FlatcarRelease(
+        version=make_target().flatcar_version,
+        channel="stable",
+        arches=frozenset({Arch.AMD64}),
+        kernel="6.12.102",
+        released_at=released,
+        content_sha256="0" * 64,
+    )
+    releases = {"4593.2.5": release}
+    found = target(published_at=NOW, attempts=0)  # check_registry found it, never built
+    built = target("570.195.03", published_at=NOW - HOUR, attempts=1)
+    rebuilt_failed = target("575.64.05", published_at=NOW, attempts=2)
+    builds = [
+        job(built),
+        job(rebuilt_failed, 1),
+        job(rebuilt_failed, 2, BuildState.FAILED),  # the last attempt did not publish it
+    ]
+    matrix = matrix_view([found, built, rebuilt_failed], [], releases, builds=builds)
+    cells = {c["tag"]: c for c in matrix["rows"][0]["cells"]}
+    assert cells[found.tag]["published_after_seconds"] is None
+    assert cells[found.tag]["found_in_registry"] is True
+    assert cells[rebuilt_failed.tag]["published_after_seconds"] is None
+    assert cells[built.tag]["published_after_seconds"] == int(
+        (NOW - HOUR - released).total_seconds()
+    )
+    assert cells[built.tag]["found_in_registry"] is False
+    detail = target_detail(found, [], [], None, repository="r.test/d", release=release)
+    assert detail["found_in_registry"] is True
+    shown = target_detail(built, [job(built)], [], None, repository="r.test/d", release=release)
+    assert shown["found_in_registry"] is False
+
+
+def test_each_attempt_says_when_it_started_and_how_long_it_took() -> None:
+    record = target(state=TargetState.BUILDING, attempts=2)
+    builds = [
+        job(record, 1, BuildState.FAILED, created=NOW - 3 * HOUR, finished=NOW - 2 * HOUR),
+        job(record, 1, BuildState.FAILED, Arch.ARM64, NOW - 3 * HOUR, NOW - 150 * MINUTE),
+        job(record, 2, BuildState.RUNNING, created=NOW - HOUR, finished=None),
+    ]
+    detail = target_detail(record, builds, [], None, repository="r.test/d", release=None)
+    first, second = detail["builds"]
+    assert first["started_at"] == (NOW - 3 * HOUR).isoformat()
+    assert first["finished_at"] == (NOW - 2 * HOUR).isoformat()  # the last Job to end
+    assert first["duration_seconds"] == 3600
+    assert (second["started_at"], second["finished_at"]) == ((NOW - HOUR).isoformat(), None)
+    assert second["duration_seconds"] is None
 
 
 def test_an_arm64_node_needs_an_arm64_build_and_ignored_nodes_are_listed() -> None:
@@ -245,3 +402,15 @@ def test_stored_text_with_non_ascii_digits_is_never_taken_for_a_number() -> None
     assert slack_link(MessageRef(message_key="k", channel="C0123", ts="1700000000.000100")) == (
         "https://slack.com/archives/C0123/p1700000000000100"
     )
+
+
+def test_every_section_the_banner_points_to_exists_in_the_operations_guide() -> None:
+    """The banner sends the person on call to sections of docs/operations.md by name: a
+    renamed section would leave them with nothing to find."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    headings = [line.lstrip("#").strip() for line in guide.splitlines() if line.startswith("#")]
+    texts = [BANNER_HELP] + [tag_action(target(state=state)) for state in TargetState]
+    named = {name for shown in texts for name in re.findall(r"“([^”]+)”", shown)}
+    assert len(named) >= 3
+    for name in named:
+        assert any(heading.startswith(name) for heading in headings), name
