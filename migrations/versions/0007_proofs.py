@@ -50,6 +50,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("proofs")
-    with op.batch_alter_table("targets") as batch:
+    # ALTER TABLE ... DROP COLUMN in place (SQLite 3.35 and later, PostgreSQL): a copy of
+    # ``targets`` would have to be dropped, which the builds' foreign key refuses.
+    with op.batch_alter_table("targets", recreate="never") as batch:
         batch.drop_column("proven_node")
         batch.drop_column("proven_at")

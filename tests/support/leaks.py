@@ -9,7 +9,7 @@ of them is, so a column added later is covered without naming it here.
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, String, select
+from sqlalchemy import Engine, String, inspect, select
 
 from releasebot.store.tables import metadata
 
@@ -34,11 +34,18 @@ KEPT = ("registry.example.com/v2/ refused", "feeds.example/nvidia.json", "invali
 
 
 def clear_secrets(engine: Engine) -> list[tuple[str, str]]:
-    """Every (table.column, secret) where a stored text holds one of ``SECRETS``."""
+    """Every (table.column, secret) where a stored text holds one of ``SECRETS``; at an
+    older revision, only the tables and columns it has."""
     found = []
+    schema = inspect(engine)
+    present = set(schema.get_table_names())
     with engine.connect() as conn:
         for table in metadata.sorted_tables:
-            for row in conn.execute(select(table)).mappings():
+            if table.name not in present:
+                continue
+            names = {column["name"] for column in schema.get_columns(table.name)}
+            columns = [column for column in table.columns if column.name in names]
+            for row in conn.execute(select(*columns)).mappings():
                 for column, value in row.items():
                     if isinstance(value, str):
                         found += [(f"{table.name}.{column}", s) for s in SECRETS if s in value]
