@@ -121,7 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
         app = self.app
         if app.pages is not None and app.pages.owns(path):
             pages = app.pages
-            headers = {name.lower(): value for name, value in self.headers.items()}
+            headers = self._headers()
             answer = self._call(lambda: pages(self.path, headers))
             if answer is None:
                 self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
@@ -164,13 +164,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
             return
         body = self.rfile.read(length)
-        headers = {name.lower(): value for name, value in self.headers.items()}
+        headers = self._headers()
         answer = self._call(lambda: slack(body, headers))
         if answer is None:
             self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
             return
         status, content_type, payload = answer
         self._send(status, content_type, payload)
+
+    def _headers(self) -> dict[str, str]:
+        """The request's headers by lower-case name; a repeated header's values joined with
+        ``", "`` (RFC 9110's combined field value), so no route silently reads only the
+        first or the last of two signatures, timestamps or ``If-None-Match`` values."""
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        return headers
 
     def _call(self, function: Callable[[], Any]) -> Any:
         try:
