@@ -46,6 +46,7 @@ from typing import Any
 
 from releasebot.domain.builds import BuildRequest
 from releasebot.domain.errors import InvalidOptionError
+from releasebot.domain.references import PATH_COMPONENT, is_repository_path
 from releasebot.domain.untrusted import strip_controls
 
 DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.28.0"
@@ -90,7 +91,7 @@ _DNS_LABEL_RE = re.compile(_DNS_LABEL)
 _DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
 _LABEL_VALUE_RE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _QUANTITY_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_PATH_COMPONENT = PATH_COMPONENT  # the distribution grammar, written once in the domain
 _HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9.-]+:[0-9]{1,5})(?::[0-9]{1,5})?"
 _REPOSITORY_RE = re.compile(rf"(?P<host>{_HOST})(?:/{_PATH_COMPONENT})+")
 _IMAGE_RE = re.compile(
@@ -420,7 +421,11 @@ def check_name(name: str, value: str) -> str:
 
 def check_repository(name: str, value: str) -> str:
     """Where the images go: ``host[:port]/path`` without tag or digest."""
-    if not isinstance(value, str) or _REPOSITORY_RE.fullmatch(value) is None:
+    if (
+        not isinstance(value, str)
+        or _REPOSITORY_RE.fullmatch(value) is None
+        or not is_repository_path(value.split("/", 1)[1])
+    ):
         raise InvalidOptionError(
             name,
             f"{value!r} is not a repository like registry.example.com/nvidia/driver "

@@ -21,8 +21,8 @@ registry's garbage collection frees them).
 
 from __future__ import annotations
 
-from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import DeleteRefusedError, RegistryAuthError, RegistryError
+from releasebot.domain.references import is_sha256_digest
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX
@@ -140,7 +140,7 @@ class OrasJanitor:
         found = []
         for entry in manifests[:MAX_LISTED]:
             digest = entry.get("digest") if isinstance(entry, dict) else None
-            if not (isinstance(digest, str) and is_digest(digest) and digest.startswith("sha256:")):
+            if not (isinstance(digest, str) and is_sha256_digest(digest)):
                 raise RegistryError(
                     f"registry {self._host}: {what}: lists {_trim(digest)!r}, not a sha256 digest"
                 )
@@ -148,7 +148,7 @@ class OrasJanitor:
         return found
 
     def _check(self, digest: str) -> None:
-        if not is_digest(digest) or not digest.startswith("sha256:"):
+        if not is_sha256_digest(digest):
             raise RegistryError(f"registry {self._host}: not a digest: {_trim(digest)!r}")
 
     def _expect(self, answer: RegistryAnswer, what: str) -> None:
