@@ -120,7 +120,7 @@ def test_a_hostile_request_is_answered_and_the_server_lives_on(
         for placeholder, filled in fills.items():
             value = value.replace(placeholder, filled)
         head += f"{name}: {value}\r\n"
-    text = f"POST {case.get('path', '/slack/commands')} HTTP/1.1\r\nHost: x\r\n{head}\r\n"
+    text = f"POST {case.get('path', '/slack/commands')} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}\r\n"
     sent = text.encode(case.get("encoding", "latin-1")) + body
     with caplog.at_level(logging.DEBUG):
         answer = exchange(running.port, sent)
@@ -130,5 +130,5 @@ def test_a_hostile_request_is_answered_and_the_server_lives_on(
     assert_no_traceback(caplog.text, answer.decode("latin-1"))
     for record in caplog.records:
         assert "\n" not in record.getMessage(), record.getMessage()
-    alive = exchange(running.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    alive = exchange(running.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_of(alive) == 200
