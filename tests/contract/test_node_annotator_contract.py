@@ -6,7 +6,9 @@ Covers: opening sets the gate annotation to ``"true"`` and the version annotatio
 condition that the Node is unchanged since it was read (a stale ``resourceVersion`` is
 refused and changes nothing); closing removes both and leaves every other annotation;
 a Node that is gone is neither an error nor created. The Kubernetes annotator alone: RBAC
-refusing ``patch`` names what to grant; the API server down is a temporary error.
+refusing ``patch`` names what to grant; the API server down is a temporary error; a name
+that is no Kubernetes node name (one that would change the request's path or query) is
+refused before any request.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import ClusterForbiddenError, ClusterUnavailableError
+from releasebot.domain.errors import (
+    ClusterForbiddenError,
+    ClusterRejectedError,
+    ClusterUnavailableError,
+)
 from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
     FLUO_NEW_VERSION,
@@ -127,3 +133,33 @@ def test_an_api_server_down_is_temporary(kube_api: FakeKubeApi) -> None:
     finally:
         annotator.close()
     assert sleeps == [timedelta(seconds=1)]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../api/v1/namespaces/kube-system/secrets/x",
+        "gpu-0?dryRun=All",
+        "gpu-0/status",
+        "gpu-0#x",
+        "GPU-0",
+        "gpu-0.",
+        "(unnamed)",
+        "",
+        "a" * 254,
+    ],
+)
+def test_a_name_that_is_no_node_name_is_never_sent(kube_api: FakeKubeApi, name: str) -> None:
+    kube_api.fleet.add_nodes(gpu_node("gpu-0", "4593.2.4"))
+    annotator = KubernetesNodeAnnotator(kube_api.client(), sleep=lambda _: None)
+    before = len(kube_api.requests)
+    try:
+        with pytest.raises(ClusterRejectedError, match="not a Kubernetes node name") as caught:
+            annotator.open_gate(name, "4593.2.5", None)
+        with pytest.raises(ClusterRejectedError):
+            annotator.close_gate(name)
+    finally:
+        annotator.close()
+    assert len(kube_api.requests) == before
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 200
