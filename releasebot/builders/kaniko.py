@@ -407,6 +407,11 @@ def _kaniko_args(request: BuildRequest, options: KanikoOptions, destination: str
 # -- the rules of single options (the settings check their keys with these too) ------------
 
 
+def is_dns_label(value: str) -> bool:
+    """A DNS-1123 label of at most 63 characters: a namespace's or a Job's name."""
+    return len(value) <= 63 and _DNS_LABEL_RE.fullmatch(value) is not None
+
+
 def check_dns_label(name: str, value: str) -> str:
     """A namespace: a DNS-1123 label of at most 63 characters."""
     _check(_DNS_LABEL_RE, value, name, "a Kubernetes name (a DNS-1123 label)", limit=63)
