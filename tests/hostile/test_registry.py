@@ -36,6 +36,7 @@ def server() -> Any:
         yield running
 
 
+@pytest.mark.usefixtures("logs_reach_caplog")
 @pytest.mark.parametrize("case", cases("registry"))
 def test_a_hostile_registry_answer_is_one_clean_error(
     case: Case, server: FeedServer, caplog: pytest.LogCaptureFixture

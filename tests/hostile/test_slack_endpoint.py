@@ -105,6 +105,7 @@ def endpoint_server() -> Any:
     handler.close()
 
 
+@pytest.mark.usefixtures("logs_reach_caplog")
 @pytest.mark.parametrize("case", cases("slack_endpoint"))
 def test_a_hostile_request_is_answered_and_the_server_lives_on(
     case: Case, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture

@@ -172,6 +172,7 @@ def test_two_host_headers_are_misdirected(
     assert slack.calls == 0
 
 
+@pytest.mark.usefixtures("logs_reach_caplog")
 def test_a_refusal_is_logged_once_per_host_on_one_clean_line(
     loopback: tuple[HttpServer, Slack], caplog: pytest.LogCaptureFixture
 ) -> None:
