@@ -46,7 +46,7 @@ from typing import Any
 
 from releasebot.domain.builds import BuildRequest
 from releasebot.domain.errors import InvalidOptionError
-from releasebot.domain.references import PATH_COMPONENT, is_repository_path
+from releasebot.domain.references import PATH_COMPONENT, SHA256, TAG, is_repository_path
 from releasebot.domain.untrusted import strip_controls
 
 DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.28.0"
@@ -96,8 +96,8 @@ _HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9.-]+:[0-9]{1,
 _REPOSITORY_RE = re.compile(rf"(?P<host>{_HOST})(?:/{_PATH_COMPONENT})+")
 _IMAGE_RE = re.compile(
     rf"(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
+    rf"(?::(?P<tag>{TAG}))?"
+    rf"(?:@(?P<digest>{SHA256}))?"
 )
 _GIT_CONTEXT_RE = re.compile(r"git://[^#\s]+#refs/(?:heads|tags)/[^#\s]+#[0-9a-f]{40}")
 _SAFE_PATH_RE = re.compile(r"[A-Za-z0-9_.@+-]+(?:/[A-Za-z0-9_.@+-]+)*")

@@ -31,10 +31,14 @@ from releasebot.domain.untrusted import quoted
 
 PATH_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
 """One component of a repository path (the spec's ``path-component``)."""
-_TAG = re.compile(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}")
+TAG = r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}"
+"""A tag: at most 128 characters, no leading ``.`` or ``-``."""
+SHA256 = r"sha256:[0-9a-f]{64}"
+"""The one digest form releasebot writes."""
+_TAG = re.compile(TAG)
 _REPOSITORY_PATH = re.compile(rf"{PATH_COMPONENT}(?:/{PATH_COMPONENT})*")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}")
-_SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
+_SHA256 = re.compile(SHA256)
 MAX_REPOSITORY_PATH = 255
 """The spec lets registries refuse longer repository names; releasebot refuses them too."""
 SHOWN_CHARS = 80
