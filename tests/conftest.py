@@ -81,3 +81,14 @@ def logging_restored() -> Iterator[None]:
             logger.addHandler(handler)
         logger.setLevel(level)
         logger.propagate = propagate
+
+
+@pytest.fixture
+def logs_reach_caplog(logging_restored: None) -> None:
+    """``releasebot`` log records reach ``caplog`` (the root logger's handler) during the
+    test. An earlier test that ran ``main`` in process configured the ``releasebot``
+    logger not to propagate (and ``-q`` to show errors only), and a check of ``caplog``
+    would then pass on nothing."""
+    logger = logging.getLogger("releasebot")
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)

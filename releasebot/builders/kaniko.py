@@ -46,6 +46,7 @@ from typing import Any
 
 from releasebot.domain.builds import BuildRequest
 from releasebot.domain.errors import InvalidOptionError
+from releasebot.domain.references import PATH_COMPONENT, SHA256, TAG, is_repository_path
 from releasebot.domain.untrusted import strip_controls
 
 DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.28.0"
@@ -90,13 +91,13 @@ _DNS_LABEL_RE = re.compile(_DNS_LABEL)
 _DNS_SUBDOMAIN_RE = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
 _LABEL_VALUE_RE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 _QUANTITY_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?")
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_PATH_COMPONENT = PATH_COMPONENT  # the distribution grammar, written once in the domain
 _HOST = r"(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+|[A-Za-z0-9.-]+:[0-9]{1,5})(?::[0-9]{1,5})?"
 _REPOSITORY_RE = re.compile(rf"(?P<host>{_HOST})(?:/{_PATH_COMPONENT})+")
 _IMAGE_RE = re.compile(
     rf"(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
+    rf"(?::(?P<tag>{TAG}))?"
+    rf"(?:@(?P<digest>{SHA256}))?"
 )
 _GIT_CONTEXT_RE = re.compile(r"git://[^#\s]+#refs/(?:heads|tags)/[^#\s]+#[0-9a-f]{40}")
 _SAFE_PATH_RE = re.compile(r"[A-Za-z0-9_.@+-]+(?:/[A-Za-z0-9_.@+-]+)*")
@@ -406,6 +407,11 @@ def _kaniko_args(request: BuildRequest, options: KanikoOptions, destination: str
 # -- the rules of single options (the settings check their keys with these too) ------------
 
 
+def is_dns_label(value: str) -> bool:
+    """A DNS-1123 label of at most 63 characters: a namespace's or a Job's name."""
+    return len(value) <= 63 and _DNS_LABEL_RE.fullmatch(value) is not None
+
+
 def check_dns_label(name: str, value: str) -> str:
     """A namespace: a DNS-1123 label of at most 63 characters."""
     _check(_DNS_LABEL_RE, value, name, "a Kubernetes name (a DNS-1123 label)", limit=63)
@@ -420,7 +426,11 @@ def check_name(name: str, value: str) -> str:
 
 def check_repository(name: str, value: str) -> str:
     """Where the images go: ``host[:port]/path`` without tag or digest."""
-    if not isinstance(value, str) or _REPOSITORY_RE.fullmatch(value) is None:
+    if (
+        not isinstance(value, str)
+        or _REPOSITORY_RE.fullmatch(value) is None
+        or not is_repository_path(value.split("/", 1)[1])
+    ):
         raise InvalidOptionError(
             name,
             f"{value!r} is not a repository like registry.example.com/nvidia/driver "

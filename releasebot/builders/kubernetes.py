@@ -45,11 +45,13 @@ from releasebot.builders.kaniko import (
     LOG_TAIL_MAX_CHARS,
     TARGET_LABEL,
     KanikoOptions,
+    is_dns_label,
     render_job,
     trim_log_tail,
 )
 from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobStatus
 from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
+from releasebot.domain.untrusted import quoted
 from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, Answered, kube_call
 from releasebot.edge.retry import RetryPolicy
 from releasebot.edge.text import one_line
@@ -104,8 +106,9 @@ class KubernetesJobLauncher:
         return render_job(request, self._options)
 
     def launch(self, request: BuildRequest) -> bool:
-        manifest = self.render(request)
         name = request.job_name
+        _check_job_name(name)
+        manifest = self.render(request)
         try:
             job = msgspec.convert(manifest, type=Job)  # what Job.from_dict does, typed
         except msgspec.MsgspecError as error:  # a renderer bug, but never a crash
@@ -128,6 +131,7 @@ class KubernetesJobLauncher:
         raise ClusterUnavailableError(f"kubernetes: job {name} keeps vanishing after a conflict")
 
     def status(self, job_name: str) -> JobStatus:
+        _check_job_name(job_name)
         job = self._read_job(job_name)
         if job is None:
             return JobStatus(job_name, JobPhase.MISSING)
@@ -146,6 +150,7 @@ class KubernetesJobLauncher:
         return self._running(job_name, pods)
 
     def delete(self, job_name: str) -> None:
+        _check_job_name(job_name)
         with contextlib.suppress(Answered):  # 404: already gone
             self._call(
                 f"delete job {job_name}",
@@ -370,3 +375,12 @@ def _pending_why(pod: Pod) -> str | None:
         if condition.type == "PodScheduled" and condition.status == "False":
             return _one_line(f"{condition.reason or 'Unschedulable'}: {condition.message or ''}")
     return None
+
+
+def _check_job_name(name: str) -> None:
+    """A Job name read back from the store goes into the API path as it is (lightkube
+    joins it): only a DNS-1123 label of at most 63 characters, what ``job_name`` makes."""
+    if not is_dns_label(name):
+        raise ClusterRejectedError(
+            f"kubernetes: {quoted(name)} is not a Job name releasebot makes; not sent"
+        )

@@ -3,7 +3,11 @@
 ``SlashCommandEndpoint.handle`` is framework-agnostic: the web server passes the RAW body,
 the headers and the time, and sends back the ``HttpAnswer``. The signature is checked
 first, on the raw bytes, with slack-sdk's ``SignatureVerifier`` and its 5-minute replay
-window; a bad, missing or stale one is a 401 and nothing else happens.
+window; a bad, missing or stale one is a 401 and nothing else happens. Before the verifier
+sees them, both headers must have Slack's exact form (ASCII digits; ``v0=`` and 64
+lower-case hex), one of each (the web server joins repeated headers with ``, ``, which
+neither form allows): any other value is a 401 too, never an exception. What is not a
+form (another ``Content-Type``) is a 415 and an oversized body a 413, before any HMAC.
 
 ``SlashCommandHandler`` is what both doors (this one and ``chat.socket``) call with the
 command's fields: parse strictly, refuse changes to anyone not allowed (with an audit log
@@ -48,6 +52,11 @@ MAX_BODY_BYTES = 16 * 1024
 _MAX_FIELD = 1000
 _SLACK_ID = re.compile(r"[A-Z0-9]{2,20}")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
+"""Slack's only signature version: HMAC-SHA256 in lower-case hex. Checked before anything
+compares it: ``hmac.compare_digest`` raises on a non-ASCII string."""
+FORM_TYPE = "application/x-www-form-urlencoded"
+"""What Slack posts a slash command as."""
 _FIELDS = ("command", "text", "user_id", "channel_id", "response_url")
 
 Payload = dict[str, Any]
@@ -240,6 +249,10 @@ class SlashCommandEndpoint:
         """The answer to one POST; ``now`` is the Unix time (injectable for tests)."""
         if len(raw_body) > self._max_body:
             return _plain(413, "request too large")
+        lowered = {name.lower(): value for name, value in headers.items()}
+        media_type = lowered.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media_type != FORM_TYPE:
+            return _plain(415, f"a slash command is posted as {FORM_TYPE}")
         if not self._verified(raw_body, headers, now):
             return _plain(401, "invalid or missing signature")
         try:
@@ -261,7 +274,7 @@ class SlashCommandEndpoint:
         lowered = {name.lower(): value for name, value in headers.items()}
         timestamp = lowered.get("x-slack-request-timestamp", "")
         signature = lowered.get("x-slack-signature", "")
-        if _TIMESTAMP.fullmatch(timestamp) is None or not signature:
+        if _TIMESTAMP.fullmatch(timestamp) is None or _SIGNATURE.fullmatch(signature) is None:
             log.info("slash command refused: signature headers missing or malformed")
             return False
         try:

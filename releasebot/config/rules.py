@@ -27,6 +27,7 @@ from releasebot.edge.parse import (
     ValueRefusedError,
     check_path,
     check_regular_file,
+    parse_host_name,
     parse_listen_address,
     parse_url,
     read_regular_file,
@@ -305,6 +306,28 @@ def listen(key: str, value: str) -> str:
     except ValueRefusedError as error:
         raise ConfigError(key, str(error)) from None
     return value
+
+
+MAX_ALLOWED_HOSTS = 32
+"""Host names in ``web.allowed_hosts`` at most: an Ingress or two, not a directory."""
+
+
+def host_names(key: str, value: tuple[str, ...]) -> tuple[str, ...]:
+    """DNS names or IP addresses without a port or scheme, canonical (lower case, no
+    trailing dot); what a request's ``Host`` is compared with."""
+    if len(value) > MAX_ALLOWED_HOSTS:
+        raise ConfigError(key, f"lists more than {MAX_ALLOWED_HOSTS} names")
+    names = []
+    for item in value:
+        try:
+            names.append(parse_host_name(item, port=False))
+        except ValueRefusedError as error:
+            raise ConfigError(
+                key,
+                f"{error} (a name as the Ingress serves it, e.g. releasebot.example.com: "
+                "no scheme, port, path or wildcard)",
+            ) from None
+    return tuple(names)
 
 
 def listen_or_empty(key: str, value: str) -> str:

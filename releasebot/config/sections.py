@@ -282,6 +282,13 @@ class WebSettings:
     enabled: bool = setting(True)
     listen: str = setting("", rules.listen_or_empty)
     """``host:port`` of its own server; empty: on the probes' server (``run.listen``)."""
+    allowed_hosts: tuple[str, ...] = setting((), rules.host_names)
+    """Host names a request's ``Host`` may say (an Ingress's), on every HTTP server of
+    ``releasebot run`` (page, API, probes, metrics, Slack). Always answered besides:
+    ``localhost``, loopback, the listen address, and any IP address when listening on all
+    (the kubelet's probes and Prometheus use the pod's IP). Empty by default: port-forward
+    and in-cluster access need nothing; any other name is refused (421) against DNS
+    rebinding."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 
 from releasebot.domain.errors import InvalidTagError
 from releasebot.domain.models import Target
+from releasebot.domain.references import is_sha256_digest
 from releasebot.domain.versions import Arch, is_oci_tag
 
 LABEL_PREFIX = "releasebot"
@@ -39,7 +40,6 @@ BUILD_ARG_NAMES = (
 )
 """The build-argument contract every recipe (Dockerfile) must declare."""
 
-_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
 JOB_NAME_MAX = 63  # a Job's name becomes its Pods' job-name label value: 63 at most
 
@@ -120,11 +120,7 @@ def parse_digest(message: str | None) -> str | None:
     if message is None:
         return None
     text = message.strip()
-    return text if _DIGEST_RE.fullmatch(text) else None
-
-
-def is_digest(text: str) -> bool:
-    return _DIGEST_RE.fullmatch(text) is not None
+    return text if is_sha256_digest(text) else None
 
 
 class FailureReason(enum.StrEnum):

@@ -79,6 +79,16 @@ LIST_PAGE_SIZE = 500
 """Nodes per list call: kubectl's default chunk; 5,000 nodes take 10 calls."""
 NAME_MAX_CHARS = 253
 """A Node name is a DNS subdomain: at most 253 characters."""
+_NODE_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
+
+
+def is_node_name(name: str) -> bool:
+    """Whether ``name`` is what Kubernetes allows as a Node name (an RFC 1123 subdomain):
+    the only form that may go into an API path. A listed name is shown after ``clean``,
+    which keeps ``/``, ``?`` and ``..``; those must never reach a URL."""
+    return len(name) <= NAME_MAX_CHARS and _NODE_NAME.fullmatch(name) is not None
+
+
 LABELS_MAX = 512
 """Labels kept per node for selector matching; real nodes carry one or two hundred."""
 UNNAMED = "(unnamed)"

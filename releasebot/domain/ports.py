@@ -7,7 +7,7 @@ contract tests.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -289,6 +289,11 @@ class RegistryJanitor(Protocol):
         """Digests of the manifests that belong to ``digest`` and its index's images: the
         cosign ``sha256-<hex>.sig``/``.att`` tags, the referrers tag ``sha256-<hex>``, and
         what the OCI 1.1 referrers API lists."""
+
+    def reachable(self, digests: Collection[str]) -> dict[str, frozenset[str]]:
+        """For each digest, every manifest it reaches (itself, an index's images, their
+        signatures, attestations and referrers, transitively). Raises when any of it
+        cannot be read: retention then deletes nothing."""
 
     def delete(self, digest: str) -> bool:
         """Delete the manifest ``digest``; False when the registry no longer has it."""

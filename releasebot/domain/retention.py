@@ -19,9 +19,14 @@ The fleet view must be sure: when the Nodes could not be listed, or a GPU node's
 version (or pending version) cannot be read, NOTHING is deleted and ``held`` says why.
 
 ``guard_shared_digests`` is the second, equally pure step once the service has resolved
-every tag's digest: a registry deletes a manifest by digest, which removes EVERY tag
-pointing at it, so a candidate whose digest another kept tag shares is kept. Deliberately
-not here: reading the registry, deleting, recording (``service/retention.py``).
+every tag's digest and everything each digest reaches (an index's images, signatures,
+attestations, referrers): a registry deletes a manifest by digest, which removes EVERY tag
+pointing at it, and a kept image whose signature is deleted is refused by admission
+control. So the plan's ``protected`` set is every digest any kept tag reaches, computed
+before anything is deleted; a candidate in it is kept (and what it reaches joins the set,
+until nothing changes), and no attachment in it is ever deleted. A digest whose reach is
+not known is a doubt, and a doubt keeps: nothing is deleted. Deliberately not here:
+reading the registry, deleting, recording (``service/retention.py``).
 """
 
 from __future__ import annotations
@@ -117,6 +122,9 @@ class RetentionPlan:
     """Why nothing at all may be deleted (the fleet view is unsure); ``None``: sure."""
     foreign: int = 0
     """Tags not of releasebot's shape, left alone."""
+    protected: frozenset[str] = frozenset()
+    """Set by ``guard_shared_digests``: every digest a kept tag reaches (its manifest, an
+    index's images, signatures, attestations, referrers). Never deleted."""
 
 
 @dataclass(frozen=True)
@@ -180,30 +188,77 @@ def plan_retention(
     return RetentionPlan(tuple(delete), tuple(keep), None, foreign)
 
 
-def guard_shared_digests(plan: RetentionPlan, digests: Mapping[str, str | None]) -> RetentionPlan:
-    """``plan`` with each deletion's digest set, keeping candidates another kept tag
-    shares a digest with, and dropping those whose tag is gone (``None``).
+def guard_shared_digests(
+    plan: RetentionPlan,
+    digests: Mapping[str, str | None],
+    reaches: Mapping[str, frozenset[str]],
+) -> RetentionPlan:
+    """``plan`` with each deletion's digest set and ``protected`` filled: candidates whose
+    digest a kept tag reaches are kept, those whose tag is gone (``None``) dropped.
 
     ``digests`` maps every tag of the repository that might share a manifest (releasebot's
-    and others', attachments aside) to its digest."""
+    and others', attachments aside) to its digest; ``reaches`` maps each of those digests
+    to every digest it reaches, itself included. A digest missing from ``reaches`` is a
+    doubt: the plan is held and nothing is deleted."""
     deleting = {deletion.tag for deletion in plan.delete}
-    holders: dict[str, list[str]] = {}
-    for tag, digest in digests.items():
-        if digest is not None and tag not in deleting:
-            holders.setdefault(digest, []).append(tag)
-    delete: list[Deletion] = []
     keep = list(plan.keep)
+    candidates: dict[str, Deletion] = {}
     for deletion in plan.delete:
         digest = digests.get(deletion.tag)
         if digest is None:
             keep.append(Kept(deletion.tag, "the registry no longer has the tag"))
-        elif digest in holders:
-            keep.append(
-                Kept(deletion.tag, f"shares its digest with kept tag {min(holders[digest])}")
-            )
         else:
-            delete.append(replace(deletion, digest=digest))
-    return replace(plan, delete=tuple(delete), keep=tuple(sorted(keep, key=lambda k: k.tag)))
+            candidates[deletion.tag] = replace(deletion, digest=digest)
+    unknown = sorted(
+        tag for tag, digest in digests.items() if digest is not None and digest not in reaches
+    )
+    if unknown:
+        why = f"what tag {unknown[0]} reaches is not known: deleting nothing"
+        return _hold(replace(plan, keep=tuple(keep)), list(candidates.values()), why)
+    protected: dict[str, str] = {}
+    """digest -> the kept tag that reaches it (the first by name)."""
+    pending = sorted(
+        tag for tag, digest in digests.items() if digest is not None and tag not in deleting
+    )
+    while pending:
+        for tag in pending:
+            for reached in sorted(reaches[digests[tag] or ""]):
+                protected.setdefault(reached, tag)
+        pending = []
+        for tag, deletion in sorted(candidates.items()):
+            holder = protected.get(deletion.digest or "")
+            if holder is None:
+                continue
+            if digests[holder] == deletion.digest:
+                keep.append(Kept(tag, f"shares its digest with kept tag {holder}"))
+            else:
+                keep.append(
+                    Kept(
+                        tag,
+                        f"kept tag {holder} reaches its manifest (an image of its index, "
+                        "a signature, an attestation or a referrer)",
+                    )
+                )
+            del candidates[tag]
+            pending.append(tag)  # kept now: what it reaches is protected too
+    return replace(
+        plan,
+        delete=tuple(
+            candidates[deletion.tag] for deletion in plan.delete if deletion.tag in candidates
+        ),
+        keep=tuple(sorted(keep, key=lambda k: k.tag)),
+        protected=frozenset(protected),
+    )
+
+
+def hold_plan(plan: RetentionPlan, why: str) -> RetentionPlan:
+    """``plan`` deleting nothing, every candidate kept because of ``why``."""
+    return _hold(plan, plan.delete, why)
+
+
+def _hold(plan: RetentionPlan, candidates: Sequence[Deletion], why: str) -> RetentionPlan:
+    kept = [*plan.keep, *(Kept(deletion.tag, why) for deletion in candidates)]
+    return replace(plan, delete=(), keep=tuple(sorted(kept, key=lambda k: k.tag)), held=why)
 
 
 def _unsure(nodes: Sequence[ParsedNode] | None, problem: str | None) -> str | None:

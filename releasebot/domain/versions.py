@@ -13,12 +13,11 @@ import re
 from dataclasses import dataclass, field
 
 from releasebot.domain.errors import InvalidTagError, VersionError
+from releasebot.domain.references import is_tag
 
 _FLATCAR_RE = re.compile(r"(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})")
 _DRIVER_RE = re.compile(r"([1-9][0-9]{0,5})\.([0-9]{1,6})(?:\.([0-9]{1,6}))?")
 _BRANCH_RE = re.compile(r"[1-9][0-9]{0,5}")
-# The OCI distribution spec's tag grammar: at most 128 characters, no leading '.' or '-'.
-_OCI_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _KERNEL_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?")
 
 
@@ -129,7 +128,8 @@ def sorted_arches(arches: frozenset[Arch]) -> tuple[Arch, ...]:
 
 
 def is_oci_tag(text: str) -> bool:
-    return _OCI_TAG_RE.fullmatch(text) is not None
+    """The OCI distribution spec's tag grammar (``domain.references``, written once)."""
+    return is_tag(text)
 
 
 def image_tag(driver: DriverVersion, flatcar: FlatcarVersion) -> str:

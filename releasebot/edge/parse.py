@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ __all__ = [
     "is_ascii_digits",
     "parse_content_length",
     "parse_decimal",
+    "parse_host_name",
     "parse_int",
     "parse_listen_address",
     "parse_url",
@@ -132,6 +134,56 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     if not host or ":" in host or any(char in host for char in "/ @[]"):
         raise ValueRefusedError(problem)
     return host, port
+
+
+MAX_HOST_CHARS = 253
+"""The longest DNS name (RFC 1035's 255 octets on the wire)."""
+_HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
+
+
+def parse_host_name(text: str, *, port: bool = True) -> str:
+    """A ``Host`` header's (or a setting's) host in one canonical form: a DNS name in lower
+    case without its trailing dot (``Releasebot.Example.`` -> ``releasebot.example``), or
+    an IP address as ``ipaddress`` writes it (``[::1]:8080`` -> ``::1``, no brackets).
+    With ``port``, one ``:PORT`` of ASCII digits may follow (and is dropped); IPv6 needs
+    its brackets then. No spaces, commas (two values), userinfo, zone IDs, non-ASCII or
+    empty labels; ``ValueRefusedError`` else."""
+    problem = f"is not a host name or IP address{'[:port]' if port else ''}: {_shown(text)}"
+    if not text or len(text) > MAX_HOST_CHARS + 8 or not text.isascii():
+        raise ValueRefusedError(problem)
+    host = text
+    if text.startswith("["):
+        inner, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not (port and _is_port(rest))) or not _is_ip6_literal(inner):
+            raise ValueRefusedError(problem)
+        return str(ipaddress.IPv6Address(inner))
+    if port and ":" in text:
+        host, _, rest = text.rpartition(":")
+        if not _is_port(":" + rest):
+            raise ValueRefusedError(problem)
+    if not port and _is_ip6_literal(host):
+        return str(ipaddress.IPv6Address(host))
+    host = host.lower()
+    host = host[:-1] if host.endswith(".") else host
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        pass
+    labels = host.split(".")
+    if len(host) > MAX_HOST_CHARS or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise ValueRefusedError(problem)
+    return host
+
+
+def _is_ip6_literal(text: str) -> bool:
+    """An IPv6 address without a zone ID (``%eth0`` means nothing in a Host)."""
+    return "%" not in text and _is_ipv6(text)
+
+
+def _is_port(text: str) -> bool:
+    """``:PORT``, 1-65535 in ASCII digits."""
+    number = parse_decimal(text[1:], max_digits=5) if text.startswith(":") else None
+    return number is not None and 0 < number <= 65535
 
 
 def parse_url(

@@ -22,11 +22,14 @@ from typing import Any
 from lightkube import Client
 from lightkube.types import PatchType
 
+from releasebot.domain.errors import ClusterRejectedError
 from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     GATE_VERSION_ANNOTATION,
+    is_node_name,
 )
+from releasebot.domain.untrusted import quoted
 from releasebot.edge.kube import Answered, Permission, kube_call
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 from releasebot.fleet.kubernetes import DEFAULT_POLICY, NODES
@@ -86,6 +89,12 @@ class KubernetesNodeAnnotator:
         self._client.close()
 
     def _patch(self, what: str, node: str, patch: dict[str, Any]) -> None:
+        if not is_node_name(node):
+            # lightkube puts the name into the path as it is: "../x" or "n?dryRun=All"
+            # would patch something else with releasebot's rights.
+            raise ClusterRejectedError(
+                f"reboot gate of node {quoted(node)}: not a Kubernetes node name, not patched"
+            )
         kube_call(
             what,
             lambda: self._client.patch(NODES.resource, node, patch, patch_type=PatchType.MERGE),

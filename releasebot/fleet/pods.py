@@ -39,6 +39,7 @@ from urllib.parse import quote
 from lightkube import Client
 
 from releasebot.domain.errors import ClusterRejectedError
+from releasebot.domain.fleet import is_node_name
 from releasebot.domain.proof import LOG_TAIL_CHARS, LOG_TAIL_LINES, OperatorPod, parse_pod
 from releasebot.domain.untrusted import strip_controls
 from releasebot.edge.json import JsonRefusedError, decode_json
@@ -141,6 +142,9 @@ class KubernetesPodSource:
     # -- logs ----------------------------------------------------------------------------
 
     def log_tail(self, namespace: str, pod: str, container: str | None, *, previous: bool) -> str:
+        if not (is_node_name(namespace) and is_node_name(pod)):
+            # Names the API server sent: "..", "x?y" or "a/b" would address something else.
+            return ""
         params = {"tailLines": str(LOG_TAIL_LINES), "limitBytes": str(self._max_log_bytes)}
         if container:
             params["container"] = container

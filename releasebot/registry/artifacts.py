@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from urllib.parse import urljoin
 
-from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import RegistryAuthError, RegistryError
 from releasebot.domain.ports import StoredManifest
+from releasebot.domain.references import is_sha256_digest
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswer
@@ -60,12 +60,12 @@ class OrasArtifacts:
         if media_type not in MANIFEST_TYPES:
             media_type = OCI_INDEX if b'"manifests"' in answer.body else OCI_MANIFEST
         digest = sha256_digest(answer.body)
-        if is_digest(reference) and digest != reference:
+        if is_sha256_digest(reference) and digest != reference:
             raise RegistryError(f"registry {self._host}: manifest {reference} is corrupt")
         return StoredManifest(media_type, answer.body, digest)
 
     def blob(self, digest: str) -> bytes | None:
-        if not is_digest(digest):
+        if not is_sha256_digest(digest):
             raise RegistryError(f"registry {self._host}: not a blob digest: {_trim(digest)!r}")
         answer = self._registry.request("GET", f"blobs/{digest}", {})
         if answer.status == 404:
@@ -114,7 +114,7 @@ class OrasArtifacts:
         return bool(answer.headers.get("OCI-Subject"))
 
     def referrers(self, digest: str) -> bytes | None:
-        if not is_digest(digest):
+        if not is_sha256_digest(digest):
             raise RegistryError(f"registry {self._host}: not a digest: {_trim(digest)!r}")
         answer = self._registry.request("GET", f"referrers/{digest}", {"Accept": OCI_INDEX})
         if answer.status in (404, 405):

@@ -8,6 +8,11 @@ A registry that does not allow deletes answers 405 or the error code ``UNSUPPORT
 (distribution without ``storage.delete.enabled``): that is ``DeleteRefusedError``, one line
 for the operator, and nothing else happens.
 
+What a kept tag reaches (``reachable``) is computed before anything is deleted: its
+manifest, an index's images, and for each of those, transitively, the cosign tags, the
+referrers tag's index and what the referrers API lists. Retention never deletes any of it,
+whatever a deleted tag's referrers answer says.
+
 What belongs to a digest (``attachments``), as ``signing/`` writes it: cosign's
 ``sha256-<hex>.sig`` and ``.att`` tags, the referrers tag ``sha256-<hex>`` (an index of the
 SBOM and provenance manifests, for registries without the referrers API) and what the OCI
@@ -21,8 +26,10 @@ registry's garbage collection frees them).
 
 from __future__ import annotations
 
-from releasebot.domain.builds import is_digest
+from collections.abc import Collection
+
 from releasebot.domain.errors import DeleteRefusedError, RegistryAuthError, RegistryError
+from releasebot.domain.references import is_sha256_digest
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX
@@ -30,6 +37,11 @@ from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswe
 
 MAX_LISTED = 256
 """Manifests read from one index or referrers answer: releasebot attaches a handful."""
+MAX_REACHED = 1024
+"""Manifests one tag may reach (its images, signatures, attestations, referrers, and
+theirs): an image releasebot signed reaches about ten. More is a registry answering in
+circles or a repository nobody should prune blindly: a ``RegistryError``, so nothing is
+deleted."""
 _ACCEPT = ", ".join(MANIFEST_TYPES)
 _ERROR_LIMITS = JsonLimits(max_bytes=64 * 1024)
 """An error body is a few hundred bytes; more is not read as one."""
@@ -71,6 +83,34 @@ class OrasJanitor:
         unique = dict.fromkeys(d for d in found if d != digest)
         return tuple(unique)
 
+    def reachable(self, digests: Collection[str]) -> dict[str, frozenset[str]]:
+        """For each digest, every manifest it reaches, itself included: an index's images
+        and, for every manifest reached, its ``.sig``/``.att`` tags, its referrers tag (and
+        what that lists) and its OCI 1.1 referrers, transitively. Each manifest is asked
+        about once per call. Anything unreadable, or more than ``MAX_REACHED`` manifests
+        from one digest, is a ``RegistryError``: the caller cannot know what is safe."""
+        edges: dict[str, tuple[str, ...]] = {}
+        reached: dict[str, frozenset[str]] = {}
+        for digest in sorted(set(digests)):
+            self._check(digest)
+            seen = {digest}
+            queue = [digest]
+            while queue:
+                node = queue.pop()
+                if node not in edges:
+                    edges[node] = self._edges(node)
+                for found in edges[node]:
+                    if found in seen:
+                        continue
+                    if len(seen) >= MAX_REACHED:
+                        raise RegistryError(
+                            f"registry {self._host}: {digest} reaches over {MAX_REACHED} manifests"
+                        )
+                    seen.add(found)
+                    queue.append(found)
+            reached[digest] = frozenset(seen)
+        return reached
+
     def delete(self, digest: str) -> bool:
         self._check(digest)
         try:
@@ -95,6 +135,17 @@ class OrasJanitor:
         )
 
     # -- reading what belongs to a digest ------------------------------------------------
+
+    def _edges(self, digest: str) -> tuple[str, ...]:
+        """What ``digest`` points at or has attached, one step."""
+        hex_part = digest.split(":", 1)[1]
+        found = list(self._listed(digest))
+        for tag in (f"sha256-{hex_part}.sig", f"sha256-{hex_part}.att", f"sha256-{hex_part}"):
+            attached = self._registry.digest(tag)
+            if attached is not None:
+                found.append(attached)
+        found += self._referrers(digest)
+        return tuple(dict.fromkeys(found))
 
     def _listed(self, digest: str) -> list[str]:
         """The manifests an index lists; none for an image (or a manifest gone)."""
@@ -140,7 +191,7 @@ class OrasJanitor:
         found = []
         for entry in manifests[:MAX_LISTED]:
             digest = entry.get("digest") if isinstance(entry, dict) else None
-            if not (isinstance(digest, str) and is_digest(digest) and digest.startswith("sha256:")):
+            if not (isinstance(digest, str) and is_sha256_digest(digest)):
                 raise RegistryError(
                     f"registry {self._host}: {what}: lists {_trim(digest)!r}, not a sha256 digest"
                 )
@@ -148,7 +199,7 @@ class OrasJanitor:
         return found
 
     def _check(self, digest: str) -> None:
-        if not is_digest(digest) or not digest.startswith("sha256:"):
+        if not is_sha256_digest(digest):
             raise RegistryError(f"registry {self._host}: not a digest: {_trim(digest)!r}")
 
     def _expect(self, answer: RegistryAnswer, what: str) -> None:

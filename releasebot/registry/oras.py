@@ -16,7 +16,10 @@ password. So the request loop here is its own: a timeout on every request, ``ret
 bounded attempts with capped backoff (the shared policy of ``edge.retry``) through an
 injected ``sleep``, ``Basic`` and ``Bearer`` (token service) challenges both answered, and
 every failure translated into the domain's error tree. No ``requests`` or ``oras``
-exception escapes.
+exception escapes. Every name put into a URL matches the OCI grammar
+(``domain.references``): ``request`` takes only the distribution API's routes with such a
+name, absolute URLs only inside this repository, and ``tags`` skips listed names outside it
+(one warning line), so a hostile listing cannot aim releasebot's credentials elsewhere.
 
 Not here: pushing images (Kaniko does), deleting tags, Docker credential helpers
 (``credsStore``/``credHelpers``) and ``identitytoken`` refresh tokens (the Secret Kaniko
@@ -40,8 +43,15 @@ import requests
 from requests.structures import CaseInsensitiveDict
 from requests.utils import parse_header_links
 
-from releasebot.domain.builds import is_digest
 from releasebot.domain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
+from releasebot.domain.references import (
+    is_digest,
+    is_reference,
+    is_repository_path,
+    is_sha256_digest,
+    is_tag,
+    shown,
+)
 from releasebot.domain.versions import Arch
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.parse import ValueRefusedError, check_regular_file
@@ -141,8 +151,11 @@ class OrasRegistry:
         redirects: Callable[[str], RedirectPolicy] = RedirectPolicy,
     ) -> None:
         host, _, name = repository.partition("/")
-        if not host or not name or "://" in repository:
-            raise ValueError(f"repository must be host[:port]/path, got {repository!r}")
+        if not host or not is_repository_path(name) or "://" in repository:
+            raise ValueError(
+                f"repository must be host[:port]/path (the path in the OCI name grammar), "
+                f"got {shown(repository)}"
+            )
         if timeout <= timedelta(0) or page_size < 1:
             raise ValueError("timeout and page_size must be positive")
         if ca_file is not None and tls_verify and not insecure:
@@ -205,7 +218,7 @@ class OrasRegistry:
             # The header is only a SHOULD in the distribution spec: hash the body instead.
             manifest = self._get_manifest(tag, _ACCEPT)
             return None if manifest is None else sha256_digest(manifest.body)
-        if not is_digest(digest):
+        if not is_sha256_digest(digest):
             raise RegistryError(
                 f"registry {self._host}: manifest {tag} has an odd digest {_trim(digest)!r}"
             )
@@ -215,6 +228,7 @@ class OrasRegistry:
         url: str | None = f"{self._base}/tags/list?n={self._page_size}"
         seen: set[str] = set()
         tags: set[str] = set()
+        refused: list[str] = []
         while url is not None:
             if url in seen or len(seen) >= MAX_PAGES:
                 raise RegistryError(f"registry {self._host}: tag pagination does not end")
@@ -225,9 +239,18 @@ class OrasRegistry:
             self._expect_ok(answer, "tag list")
             page = _parse_tag_page(self._host, answer.body)
             tags.update(page)
+            refused.extend(tag for tag in page if not is_tag(tag))
             # A page without tags ends the walk even if a Link follows (seen on some proxies).
             url = self._next_page(answer, url) if page else None
-        return tags
+        if refused:
+            # Never a URL: a listed "../other/manifests/x" would be a request elsewhere.
+            log.warning(
+                "registry %s: skipped %d listed tag(s) outside the OCI tag grammar, e.g. %s",
+                self._host,
+                len(refused),
+                shown(refused[0]),
+            )
+        return tags - set(refused)
 
     def labels(self, reference: str) -> dict[str, str]:
         """An image's config labels; for an index, its annotations (the labels all its
@@ -241,6 +264,8 @@ class OrasRegistry:
         return self._config(reference, manifest)[1]
 
     def push_index(self, tag: str, manifests: Sequence[tuple[Arch, str]]) -> str:
+        if not is_tag(tag):
+            raise RegistryError(f"registry {self._host}: not an OCI tag: {shown(tag)}")
         entries: list[IndexEntry] = []
         label_sets: list[dict[str, str]] = []
         for arch, digest in manifests:
@@ -279,17 +304,42 @@ class OrasRegistry:
         absolute URL on the same registry, e.g. an upload ``Location``). Any answer,
         404 included, is returned; transport failures raise the domain's registry errors.
         For adapters that speak more of the distribution API (``registry/artifacts.py``)."""
-        url = path if "://" in path else f"{self._base}/{path.lstrip('/')}"
+        if "://" in path:
+            url = path
+            self._check_same_repository(url, "an answer's URL")
+        else:
+            _check_path(self._host, path)
+            url = f"{self._base}/{path}"
+        return self._call(method, url, headers, body)
+
+    def _check_same_repository(self, url: str, what: str) -> None:
+        """``url`` (a ``Location``, a ``Link``) stays in this repository on this registry:
+        the credentials are for it, and a path that climbs out (``..``, an encoded ``/``)
+        would spend them elsewhere."""
         here, there = urlsplit(self._base), urlsplit(url)
         if (here.scheme, here.netloc) != (there.scheme, there.netloc):
             raise RegistryError(
                 f"registry {self._host}: refusing to send credentials to {_trim(there.netloc)}"
             )
-        return self._call(method, url, headers, body)
+        path = there.path
+        segments = path.split("/")
+        if (
+            not path.startswith(here.path + "/")
+            or any(segment in (".", "..") for segment in segments)
+            or "%" in path
+            or "\\" in path
+        ):
+            raise RegistryError(
+                f"registry {self._host}: {what} leaves the repository: {shown(path)}"
+            )
 
     # -- reading manifests and configs -------------------------------------------------
 
     def _manifest_url(self, reference: str) -> str:
+        if not is_reference(reference):
+            raise RegistryError(
+                f"registry {self._host}: not an OCI tag or digest: {shown(reference)}"
+            )
         return f"{self._base}/manifests/{reference}"
 
     def _get_manifest(self, reference: str, accept: str) -> _Manifest | None:
@@ -312,7 +362,7 @@ class OrasRegistry:
         """The image's architecture and labels, from its config blob."""
         config = manifest.document.get("config")
         digest = config.get("digest") if isinstance(config, dict) else None
-        if not isinstance(digest, str) or not is_digest(digest):
+        if not isinstance(digest, str) or not is_sha256_digest(digest):
             raise RegistryError(
                 f"registry {self._host}: manifest {reference} names no config blob "
                 f"({_trim(manifest.media_type)})"
@@ -342,6 +392,10 @@ class OrasRegistry:
                     raise RegistryError(
                         f"registry {self._host}: tag list links to another host "
                         f"({_trim(there.netloc)})"
+                    )
+                if there.path != here.path:  # another repository's tags, or no tag list
+                    raise RegistryError(
+                        f"registry {self._host}: tag list links elsewhere: {shown(there.path)}"
                     )
                 return target
         return None
@@ -510,6 +564,27 @@ class OrasRegistry:
             return
         raise RegistryError(
             f"registry {self._host}: {what}: {answer.status} {answer.reason}{_error_detail(answer)}"
+        )
+
+
+_DIGEST_ROUTES = ("blobs/", "referrers/")
+
+
+def _check_path(host: str, path: str) -> None:
+    """``path`` is one of the distribution API's routes under a repository, with a name of
+    the OCI grammar in it: ``manifests/<tag|digest>``, ``blobs/<digest>``,
+    ``referrers/<digest>``, ``blobs/uploads/`` or ``tags/list``. Anything else (a name read
+    from a listing such as ``../../other/repo/manifests/x`` or ``x?digest=...``) is refused
+    before a request is sent."""
+    if path.startswith("manifests/"):
+        ok = is_reference(path.removeprefix("manifests/"))
+    elif path in ("blobs/uploads/", "tags/list"):
+        ok = True
+    else:
+        ok = any(path.startswith(r) and is_digest(path.removeprefix(r)) for r in _DIGEST_ROUTES)
+    if not ok:
+        raise RegistryError(
+            f"registry {host}: refusing a request outside the OCI name grammar: {shown(path)}"
         )
 
 

@@ -9,8 +9,11 @@ tag on it), and with ``apply`` deletes each candidate's manifest, then what is a
 it (cosign signatures and attestations, SBOM and provenance referrers), and records each
 deletion with its Slack event in one transaction, so each is told once. A manifest already
 gone (a delete whose answer was lost, then retried) is treated as deleted: its attachments
-are deleted and it is recorded, its reason saying it was already gone. An attachment whose
-digest a kept tag points at is never deleted (an error line says so).
+are deleted and it is recorded, its reason saying it was already gone. Before anything is
+deleted it asks what every tag's digest reaches (``RegistryJanitor.reachable``: an index's
+images, signatures, attestations, referrers); whatever a kept tag reaches is never
+deleted, even when a deleted tag's referrers answer lists it (an error line says so), and
+when it cannot be read nothing is deleted.
 
 A registry that refuses deletes stops the run at its first refusal: what was deleted
 before it (normally nothing: a registry refuses every delete or none) is recorded and in
@@ -40,6 +43,7 @@ from releasebot.domain.retention import (
     RetentionInputs,
     RetentionPlan,
     guard_shared_digests,
+    hold_plan,
     plan_retention,
 )
 
@@ -105,23 +109,24 @@ class RetentionService:
         plan = plan_retention(inputs, now=now, after=self._after, max_deletions=self._max_deletions)
         if plan.held is not None:
             return RetentionReport(plan, applied=apply)
-        kept: frozenset[str] = frozenset()
         if plan.delete:
             digests = {
                 tag: self._janitor.digest(tag)
                 for tag in sorted(tags)
                 if not tag.startswith(ATTACHMENT_PREFIX)
             }
-            plan = guard_shared_digests(plan, digests)
-            deleting = {deletion.tag for deletion in plan.delete}
-            kept = frozenset(
-                digest
-                for tag, digest in digests.items()
-                if digest is not None and tag not in deleting
-            )
+            # Before anything is deleted: everything each tag reaches, so that no delete
+            # (a candidate, or what a candidate's referrers answer lists) touches what a
+            # kept tag needs. Unreadable: a doubt, and a doubt keeps everything.
+            try:
+                reaches = self._janitor.reachable({d for d in digests.values() if d is not None})
+            except ReleasebotError as error:
+                why = f"what the tags reach could not be read ({error}): deleting nothing"
+                return RetentionReport(hold_plan(plan, why), applied=apply)
+            plan = guard_shared_digests(plan, digests, reaches)
         report = RetentionReport(plan, applied=apply)
-        if apply:
-            self._apply(report, kept)
+        if apply and plan.held is None:
+            self._apply(report, plan.protected)
         return report
 
     def _nodes(self) -> tuple[tuple[ParsedNode, ...] | None, str | None]:
@@ -133,7 +138,7 @@ class RetentionService:
             return None, str(error)
 
     def _apply(self, report: RetentionReport, kept: frozenset[str]) -> None:
-        """Delete the plan's manifests; ``kept``: the digests of every tag kept, which no
+        """Delete the plan's manifests; ``kept``: every digest a kept tag reaches, which no
         attachment delete may touch (a delete by digest removes every tag on it)."""
         for deletion in report.plan.delete:
             assert deletion.digest is not None  # guard_shared_digests sets it
@@ -181,8 +186,7 @@ class RetentionService:
         for digest in attachments:
             if digest in kept:
                 report.errors.append(
-                    f"{deletion.tag}: attachment {digest} not deleted: a kept tag points at "
-                    "the same manifest"
+                    f"{deletion.tag}: attachment {digest} not deleted: a kept tag reaches it"
                 )
                 continue
             try:

@@ -27,6 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from releasebot.domain.references import is_digest, is_sha256_digest
 from releasebot.edge.json import JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.signing import (
@@ -57,10 +58,9 @@ def canonical(document: Mapping[str, Any]) -> bytes:
 
 
 def _hex(digest: str) -> str:
-    algorithm, _, value = digest.partition(":")
-    if algorithm != "sha256" or len(value) != 64:
+    if not is_sha256_digest(digest):
         raise ValueError(f"not a sha256 digest: {one_line(digest, 80)!r}")
-    return value
+    return digest.removeprefix("sha256:")
 
 
 def signature_tag(digest: str) -> str:
@@ -172,21 +172,24 @@ def signature_referrer(subject: Mapping[str, Any], layers: Sequence[Mapping[str,
 
 
 def manifest_layers(body: bytes) -> list[Document]:
-    """The layer descriptors of an image manifest; ``ValueError`` if it is none."""
+    """The layer descriptors of an image manifest; ``ValueError`` if it is none. A layer
+    whose digest is outside the OCI grammar is left out: it would become a blob URL."""
     document = parse_object(body, "manifest")
     layers = document.get("layers")
     if not isinstance(layers, list) or not all(_is_descriptor(layer) for layer in layers):
         raise ValueError("manifest has no valid layers")
-    return layers
+    return [layer for layer in layers if is_digest(layer["digest"])]
 
 
 def index_manifests(body: bytes) -> list[Document]:
-    """The descriptors an image index lists; ``ValueError`` if it is none."""
+    """The descriptors an image index lists; ``ValueError`` if it is none. An entry whose
+    digest is outside the OCI grammar (``../x``, ``x?y``) is left out: a referrers answer or
+    index is the registry's text, and each digest becomes a manifest URL."""
     document = parse_object(body, "index")
     manifests = document.get("manifests")
     if not isinstance(manifests, list) or not all(_is_descriptor(item) for item in manifests):
         raise ValueError("index has no valid manifests list")
-    return manifests
+    return [item for item in manifests if is_digest(item["digest"])]
 
 
 def merge_referrers(existing: bytes | None, added: Sequence[Mapping[str, Any]]) -> bytes:

@@ -15,7 +15,9 @@ Routes:
 It is the standard library's ``ThreadingHTTPServer`` (one thread per request, daemon
 threads), with a socket timeout per request so a slow client cannot hold a thread, and a
 body limit (413 above it) so nobody can make it buffer megabytes. A callable that raises
-answers 500 with no detail (the error is logged). Deliberately not here: TLS (the
+answers 500 with no detail (the error is logged). Every request first has its ``Host``
+checked (``web/hosts.py``: DNS rebinding): one the server does not answer for is a 421
+before any route runs. Deliberately not here: TLS (the
 Ingress terminates it), authentication (Slack requests are verified by the handler by
 their signature; probes and metrics are cluster-internal), keep-alive.
 """
@@ -26,7 +28,7 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -34,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from releasebot.web.overview import OverviewApp
 
+from releasebot.domain.untrusted import quoted
 from releasebot.edge.parse import ValueRefusedError, parse_content_length
+from releasebot.web.hosts import HostPolicy
 
 log = logging.getLogger("releasebot.web")
 
@@ -47,6 +51,9 @@ MAX_BODY_BYTES = 64 * 1024
 characters. Anything bigger is not Slack."""
 REQUEST_TIMEOUT_SECONDS = 10.0
 """Per socket operation. Slack waits 3 s for an answer; probes time out after 1 s."""
+MAX_TOLD_HOSTS = 64
+"""Refused ``Host`` values logged (once each): enough to see a misconfigured Ingress, too
+few for a flood of made-up names to flood the log."""
 
 
 class HttpServer:
@@ -64,7 +71,13 @@ class HttpServer:
         pages: OverviewApp | None = None,
         max_body: int = MAX_BODY_BYTES,
         timeout: float = REQUEST_TIMEOUT_SECONDS,
+        allowed_hosts: Sequence[str] = (),
     ) -> None:
+        """``allowed_hosts``: names a request's ``Host`` may say besides ``localhost``,
+        loopback and the listen address (``web.allowed_hosts``; see ``web/hosts.py``)."""
+        self.hosts = HostPolicy(host, allowed_hosts)
+        self.told_hosts: set[str] = set()
+        self._told_lock = threading.Lock()
         self.alive = alive
         self.ready = ready
         self.metrics = metrics
@@ -76,6 +89,19 @@ class HttpServer:
         server_class = _IPv6Server if ":" in family_host else _Server
         self._server = server_class((family_host, port), handler)
         self._thread: threading.Thread | None = None
+
+    def refused_host(self, host: str) -> None:
+        """Log a refused ``Host`` once (at most ``MAX_TOLD_HOSTS`` distinct ones)."""
+        shown = quoted(host, limit=80)
+        with self._told_lock:
+            if shown in self.told_hosts or len(self.told_hosts) >= MAX_TOLD_HOSTS:
+                return
+            self.told_hosts.add(shown)
+        log.warning(
+            "refused a request for Host %s (421): not localhost, a loopback or this "
+            "server's address, nor in web.allowed_hosts; add an Ingress's name there",
+            shown,
+        )
 
     @property
     def port(self) -> int:
@@ -117,11 +143,13 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive threads
 
     def do_GET(self) -> None:
+        if not self._host_allowed():
+            return
         path = self.path.split("?", 1)[0]
         app = self.app
         if app.pages is not None and app.pages.owns(path):
             pages = app.pages
-            headers = {name.lower(): value for name, value in self.headers.items()}
+            headers = self._headers()
             answer = self._call(lambda: pages(self.path, headers))
             if answer is None:
                 self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
@@ -147,6 +175,8 @@ class _Handler(BaseHTTPRequestHandler):
     do_HEAD = do_GET
 
     def do_POST(self) -> None:
+        if not self._host_allowed():
+            return
         path = self.path.split("?", 1)[0]
         slack = self.app.slack
         if path != "/slack/commands" or slack is None:
@@ -164,13 +194,34 @@ class _Handler(BaseHTTPRequestHandler):
             self._text(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
             return
         body = self.rfile.read(length)
-        headers = {name.lower(): value for name, value in self.headers.items()}
+        headers = self._headers()
         answer = self._call(lambda: slack(body, headers))
         if answer is None:
             self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
             return
         status, content_type, payload = answer
         self._send(status, content_type, payload)
+
+    def _host_allowed(self) -> bool:
+        """Answer 421 and return False unless the request's ``Host`` is one this server
+        answers for (``web/hosts.py``): before any route, so DNS rebinding reads nothing."""
+        values = self.headers.get_all("Host") or []
+        host = values[0] if len(values) == 1 else None
+        if len(values) <= 1 and self.app.hosts.allows(host):
+            return True
+        self.app.refused_host(", ".join(values))
+        self._text(HTTPStatus.MISDIRECTED_REQUEST, "misdirected request: unknown Host")
+        return False
+
+    def _headers(self) -> dict[str, str]:
+        """The request's headers by lower-case name; a repeated header's values joined with
+        ``", "`` (RFC 9110's combined field value), so no route silently reads only the
+        first or the last of two signatures, timestamps or ``If-None-Match`` values."""
+        headers: dict[str, str] = {}
+        for name, value in self.headers.items():
+            key = name.lower()
+            headers[key] = f"{headers[key]}, {value}" if key in headers else value
+        return headers
 
     def _call(self, function: Callable[[], Any]) -> Any:
         try:

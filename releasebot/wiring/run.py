@@ -143,6 +143,7 @@ def run_service(
                 metrics=metrics.render,
                 slack=hooks.slack,
                 pages=None if own_port else pages,
+                allowed_hosts=web.allowed_hosts,
             )
         except OSError as error:
             raise ConfigError("run.listen", f"cannot listen on {run.listen}: {error}") from None
@@ -150,7 +151,9 @@ def run_service(
         if own_port:
             page_host, page_port = listen_address("web.listen", web.listen)
             try:
-                page_server = HttpServer(page_host, page_port, pages=pages)
+                page_server = HttpServer(
+                    page_host, page_port, pages=pages, allowed_hosts=web.allowed_hosts
+                )
             except OSError as error:
                 server.close()
                 raise ConfigError("web.listen", f"cannot listen on {web.listen}: {error}") from None

@@ -94,7 +94,12 @@ def serve_demo(
         # as if the reboot gate were on, so the page shows what it would hold
         shown = replace(settings, fleet=replace(settings.fleet, enabled=True, gate=True))
         try:
-            server = HttpServer(host, port, pages=overview_app(shown, store))
+            server = HttpServer(
+                host,
+                port,
+                pages=overview_app(shown, store),
+                allowed_hosts=settings.web.allowed_hosts,
+            )
         except OSError as error:
             raise ConfigError("--listen", f"cannot listen on {listen}: {error}") from None
         server.start()

@@ -9,7 +9,8 @@ a Node that is gone is neither an error nor created. The after-reboot proof sets
 annotation to ``"true"`` (the configured name on both), whatever changed on the Node since
 it was read, and leaves FLUO's and the gate's alone; a Node that is gone is ``False``. The
 Kubernetes annotator alone: RBAC refusing ``patch`` names what to grant, for the proof too;
-the API server down is a temporary error.
+the API server down is a temporary error; a name that is no Kubernetes node name (one that
+would change the request's path or query) is refused before any request, for the proof too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import ClusterForbiddenError, ClusterUnavailableError
+from releasebot.domain.errors import (
+    ClusterForbiddenError,
+    ClusterRejectedError,
+    ClusterUnavailableError,
+)
 from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
@@ -199,3 +204,35 @@ def test_rbac_refusing_the_proof_names_patch_on_nodes(kube_api: FakeKubeApi) -> 
     assert DEFAULT_PROOF_ANNOTATION not in kube_api.fleet.node("gpu-0")["metadata"]["annotations"]
     (patch,) = kube_api.requests_to("PATCH", "nodes")
     assert patch.headers["content-type"] == "application/merge-patch+json"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../api/v1/namespaces/kube-system/secrets/x",
+        "gpu-0?dryRun=All",
+        "gpu-0/status",
+        "gpu-0#x",
+        "GPU-0",
+        "gpu-0.",
+        "(unnamed)",
+        "",
+        "a" * 254,
+    ],
+)
+def test_a_name_that_is_no_node_name_is_never_sent(kube_api: FakeKubeApi, name: str) -> None:
+    kube_api.fleet.add_nodes(gpu_node("gpu-0", "4593.2.4"))
+    annotator = KubernetesNodeAnnotator(kube_api.client(), sleep=lambda _: None)
+    before = len(kube_api.requests)
+    try:
+        with pytest.raises(ClusterRejectedError, match="not a Kubernetes node name") as caught:
+            annotator.open_gate(name, "4593.2.5", None)
+        with pytest.raises(ClusterRejectedError):
+            annotator.close_gate(name)
+        with pytest.raises(ClusterRejectedError):
+            annotator.set_proof(name)
+    finally:
+        annotator.close()
+    assert len(kube_api.requests) == before
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 200

@@ -9,12 +9,14 @@ errors of a missing kubeconfig or in-cluster config; the Background propagation 
 ``delete``; the log tail (``tailLines``, trimmed to its limit, the kubelet's fallback
 message when the log cannot be read); a garbage or oversized termination message returned
 as-is for the caller to judge; and that the fake answers like a real API server where the
-launcher relies on it (409 ``AlreadyExists``, 404 ``Status`` bodies, label selectors).
+launcher relies on it (409 ``AlreadyExists``, 404 ``Status`` bodies, label selectors);
+a Job name that is no DNS-1123 label (read back from a tampered store) is never sent.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -197,6 +199,24 @@ def test_a_job_of_the_same_name_not_ours_is_not_adopted(
     assert created.status_code == 201 or created.status_code == 200
     with pytest.raises(ClusterRejectedError, match="not created by releasebot"):
         kube_launcher.launch(build)
+
+
+@pytest.mark.parametrize(
+    "name", ["../../../api/v1/namespaces/builds/secrets/x", "rb-x?dryRun=All", "RB-X", "a" * 64, ""]
+)
+def test_a_job_name_releasebot_never_makes_is_never_sent(
+    kube_api: FakeKubeApi, kube_launcher: KubernetesJobLauncher, build: BuildRequest, name: str
+) -> None:
+    before = len(kube_api.requests)
+    for call in (
+        lambda: kube_launcher.status(name),
+        lambda: kube_launcher.delete(name),
+        lambda: kube_launcher.launch(replace(build, job_name=name)),
+    ):
+        with pytest.raises(ClusterRejectedError, match="not a Job name releasebot makes") as caught:
+            call()
+        assert "\n" not in str(caught.value)
+    assert len(kube_api.requests) == before
 
 
 # -- configuration -----------------------------------------------------------------------

@@ -165,3 +165,24 @@ def test_the_adapter_on_a_kubeconfig_client(kube_api: FakeKubeApi, tmp_path: Pat
     sent = kube_api.requests_to("GET", "pods")
     assert len(sent) == 2
     assert {r.headers["authorization"] for r in sent} == {f"Bearer {kube_api.token}"}
+
+
+@pytest.mark.parametrize(
+    ("namespace", "pod"),
+    [
+        (NAMESPACE, ".."),
+        (NAMESPACE, "x?previous=false"),
+        ("..", "x"),
+        (NAMESPACE, "a/b"),
+        ("", "x"),
+    ],
+)
+def test_a_log_of_a_name_that_is_no_kubernetes_name_is_never_asked(
+    kube_api: FakeKubeApi, namespace: str, pod: str
+) -> None:
+    source = KubernetesPodSource(kube_api.client(), sleep=lambda _: None)
+    try:
+        assert source.log_tail(namespace, pod, "nvidia-driver-ctr", previous=True) == ""
+    finally:
+        source.close()
+    assert kube_api.requests_to("GET", "pods") == []

@@ -12,7 +12,9 @@ its signature), keeps what a node runs, what a node will reboot into, what a fee
 and the current target, records the deletion and tells it once; an unsure fleet and a
 registry refusing deletes delete nothing and record nothing; a delete whose answer was lost
 (its retry answers "already gone") still deletes the attachments and is recorded and told;
-an attachment whose digest a kept tag points at is never deleted.
+an attachment whose digest a kept tag points at is never deleted, nor anything a kept tag
+reaches (its signature, attestation, referrers) when a deleted tag's referrers answer
+lists it: the kept image still verifies.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from releasebot.registry.janitor import OrasJanitor
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.retention import RetentionService
 from releasebot.signing.keys import generate_key
+from releasebot.signing.verifier import SignatureVerifier
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
@@ -41,6 +44,7 @@ from tests.contract.test_store_contract import SEEN, URL, flatcar
 from tests.integration.test_signing_registry import attestor, request_for
 from tests.support.fleetnodes import gpu_node
 from tests.support.lossyproxy import run_lossy_proxy
+from tests.support.referrersproxy import run_referrers_proxy
 from tests.support.registryserver import RunningRegistry
 from tests.support.targets import make_target
 
@@ -301,3 +305,69 @@ def test_an_attachment_that_is_a_kept_tags_manifest_is_never_deleted(
     assert [d.tag for d in report.deleted] == [GONE]
     assert janitor.digest(RUNNING) == digests[RUNNING]
     assert any(digests[RUNNING] in error and "kept" in error for error in report.errors)
+
+
+def test_what_an_index_reaches_is_its_images_and_everything_attached(
+    plain_registry: RunningRegistry, registry_name: str, janitor: OrasJanitor
+) -> None:
+    oras = OrasRegistry(plain_registry.repository(registry_name), insecure=True, retries=0)
+    artifacts = OrasArtifacts(oras)
+    amd64 = plain_registry.push_image(registry_name, f"{GONE}-amd64", arch="amd64")
+    arm64 = plain_registry.push_image(registry_name, f"{GONE}-arm64", arch="arm64")
+    index = oras.push_index(GONE, [(Arch.AMD64, amd64), (Arch.ARM64, arm64)])
+    assert janitor.reachable({index}) == {index: frozenset({index, amd64, arm64})}
+    request = request_for(artifacts.repository, index, {Arch.AMD64: amd64, Arch.ARM64: arm64})
+    attestor(artifacts, generate_key()).attest(request)
+    reached = janitor.reachable({index, amd64})
+    assert reached[index] >= {index, amd64, arm64, *janitor.attachments(index)}
+    assert reached[amd64] >= {amd64, janitor.digest(f"sha256-{amd64.split(':')[1]}.sig")}
+    assert arm64 not in reached[amd64]
+    oras.close()
+
+
+@pytest.mark.parametrize("listed", ["signature", "attestation", "referrer", "all"])
+def test_a_referrers_answer_listing_what_a_kept_tag_reaches_deletes_none_of_it(
+    listed: str, plain_registry: RunningRegistry, registry_name: str, store: SqlStateStore
+) -> None:
+    """The deleted tag's referrers answer (a registry's bug, or somebody's referrer
+    pointing the wrong way) lists the kept tag's signature, attestation or SBOM: retention
+    deletes the deleted tag and its own attachments, and the kept image still verifies."""
+    digests = push_all(plain_registry, registry_name)
+    gone, running = digests[GONE], digests[RUNNING]
+    key = generate_key()
+    with run_referrers_proxy(plain_registry.base_url) as proxy:
+        oras = OrasRegistry(proxy.repository(registry_name), insecure=True, retries=0)
+        artifacts = OrasArtifacts(oras)
+        janitor = OrasJanitor(oras)
+        for digest in (gone, running):
+            attestor(artifacts, key).attest(
+                request_for(artifacts.repository, digest, {Arch.AMD64: digest})
+            )
+        hex_part = running.split(":")[1]
+        kept = {
+            "signature": {janitor.digest(f"sha256-{hex_part}.sig")},
+            "attestation": {janitor.digest(f"sha256-{hex_part}.att")},
+            "referrer": {entry["digest"] for entry in proxy.referrers[running]},
+        }
+        kept["all"] = set().union(*kept.values())
+        aimed = {str(digest) for digest in kept[listed]}
+        assert aimed
+        assert None not in aimed
+        with proxy.lock:
+            proxy.referrers[gone] = [
+                *proxy.referrers[gone],
+                *({"mediaType": OCI_MANIFEST, "digest": d, "size": 1} for d in sorted(aimed)),
+            ]
+        report = service(store, janitor, fleet()).run(apply=True)
+        assert [d.tag for d in report.deleted] == [GONE]
+        assert janitor.digest(GONE) is None
+        for digest in aimed:
+            assert artifacts.manifest(digest) is not None, digest
+            assert any(
+                digest in error and "a kept tag reaches it" in error for error in report.errors
+            )
+        assert digests[RUNNING] in report.plan.protected
+        verified = SignatureVerifier(artifacts, key.public).verify(RUNNING)
+        assert verified.digest == running
+        assert not {t for t in janitor.tags() if t.startswith(f"sha256-{gone.split(':')[1]}")}
+        oras.close()

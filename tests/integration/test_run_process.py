@@ -113,6 +113,7 @@ def test_the_page_on_a_port_of_its_own(config: Path, tmp_path: Path) -> None:
     env = {
         "RELEASEBOT_RUN_IDENTITY": "replica-a",
         "RELEASEBOT_WEB_LISTEN": f"127.0.0.1:{page_port}",
+        "RELEASEBOT_WEB_ALLOWED_HOSTS": "releasebot.acme.example",
     }
     with ReleasebotProcess(
         ["run", "--config", str(config)], tmp_path / "run.log", port=port_of(config), env=env
@@ -125,6 +126,11 @@ def test_the_page_on_a_port_of_its_own(config: Path, tmp_path: Path) -> None:
         assert httpx.get(page + "/metrics").status_code == 404
         assert bot.get("/api/feeds").status_code == 404  # type: ignore[union-attr]
         assert bot.get("/healthz").status_code == 200  # type: ignore[union-attr]
+        # both servers answer the allowed name and refuse any other (DNS rebinding)
+        probes = f"http://127.0.0.1:{port_of(config)}"
+        for url in (page + "/api/feeds", probes + "/metrics"):
+            assert httpx.get(url, headers={"Host": "releasebot.acme.example"}).status_code == 200
+            assert httpx.get(url, headers={"Host": "evil.example"}).status_code == 421
         assert bot.terminate(timeout=20) == 0
 
 

@@ -59,6 +59,9 @@ def run_referrers_proxy(upstream_base_url: str) -> Iterator[ReferrersProxy]:
         def do_PUT(self) -> None:
             self._forward()
 
+        def do_DELETE(self) -> None:
+            self._forward()
+
         def _body(self) -> bytes:
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""

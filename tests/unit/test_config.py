@@ -155,6 +155,12 @@ def test_config_path_from_the_environment(tmp_path: Path) -> None:
         ),
         ("[fleet]\nproof_deadline_seconds = 10\n", "fleet.proof_deadline_seconds", "between"),
         ('[fleet]\noperator_namespace = "GPU_Operator"\n', "fleet.operator_namespace", "name"),
+        ('[web]\nallowed_hosts = "a.example"\n', "web.allowed_hosts", "must be a list"),
+        ('[web]\nallowed_hosts = ["a.example:443"]\n', "web.allowed_hosts", "no scheme, port"),
+        ('[web]\nallowed_hosts = ["https://a.example"]\n', "web.allowed_hosts", "not a host"),
+        ('[web]\nallowed_hosts = ["*.a.example"]\n', "web.allowed_hosts", "not a host"),
+        ('[web]\nallowed_hosts = ["a..example"]\n', "web.allowed_hosts", "not a host"),
+        ('[web]\nallowed_hosts = ["\\u00e9.example"]\n', "web.allowed_hosts", "not a host"),
         ("flatcar = 1\n", "flatcar", "[table]"),
         ("[flatcar\n", "--config", "not valid TOML"),
     ],
@@ -203,6 +209,15 @@ def test_the_fleet_section_from_file_and_environment(tmp_path: Path) -> None:
     assert fleet.selector.matches({"nvidia.com/gpu.present": "true"})
     assert not fleet.selector.matches({"nvidia.com/gpu.present": "true", "spot": ""})
     assert load_settings(None, environ={}).fleet.enabled is False
+
+
+def test_allowed_hosts_are_kept_canonical_from_file_and_environment(tmp_path: Path) -> None:
+    text = '[web]\nallowed_hosts = ["Releasebot.Acme.Example.", "10.0.0.7", "::1"]\n'
+    settings = load_settings(write(tmp_path, text), environ={})
+    assert settings.web.allowed_hosts == ("releasebot.acme.example", "10.0.0.7", "::1")
+    environ = {"RELEASEBOT_WEB_ALLOWED_HOSTS": "a.example,B.example"}
+    assert load_settings(None, environ=environ).web.allowed_hosts == ("a.example", "b.example")
+    assert load_settings(None, environ={}).web.allowed_hosts == ()
 
 
 def test_env_booleans() -> None:

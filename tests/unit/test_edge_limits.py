@@ -23,6 +23,7 @@ from releasebot.edge.parse import (
     check_path,
     parse_content_length,
     parse_decimal,
+    parse_host_name,
     parse_int,
     parse_listen_address,
     parse_url,
@@ -152,6 +153,60 @@ def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(ValueRefusedError, match="must be HOST:PORT"):
         parse_listen_address(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("localhost", "localhost"),
+        ("LocalHost.:8080", "localhost"),
+        ("Releasebot.Acme.Example.", "releasebot.acme.example"),
+        ("10.2.3.4:8080", "10.2.3.4"),
+        ("[::1]:8080", "::1"),
+        ("[0:0::1]", "::1"),
+        ("_svc.example", "_svc.example"),
+    ],
+)
+def test_host_names_are_made_canonical(text: str, expected: str) -> None:
+    assert parse_host_name(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "a,b",
+        "a, b",
+        "a b",
+        "::1",
+        "[::1",
+        "[::1]x",
+        "[fe80::1%eth0]",
+        "h:",
+        "h:0",
+        "h:65536",
+        "h:8²",
+        "u@h",
+        "h/x",
+        "a..b",
+        ".a",
+        "-a.b",
+        "a-.b",
+        "\u00e9.example",
+        "h\n",
+        "a" * 64 + ".example",
+        "a." * 130,
+    ],
+)
+def test_bad_host_names(text: str) -> None:
+    with pytest.raises(ValueRefusedError, match="not a host name"):
+        parse_host_name(text)
+
+
+def test_host_names_without_a_port() -> None:
+    assert parse_host_name("::1", port=False) == "::1"
+    with pytest.raises(ValueRefusedError):
+        parse_host_name("h.example:443", port=False)
 
 
 def test_urls() -> None:

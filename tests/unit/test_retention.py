@@ -74,6 +74,11 @@ def decide(
     return plan_retention(inputs, now=NOW, **options)
 
 
+def alone(digests: dict[str, str | None]) -> dict[str, frozenset[str]]:
+    """Each digest reaching only itself: images with nothing attached."""
+    return {d: frozenset({d}) for d in digests.values() if d is not None}
+
+
 def deleted(plan: RetentionPlan) -> list[str]:
     return [deletion.tag for deletion in plan.delete]
 
@@ -212,7 +217,7 @@ def test_a_digest_shared_with_a_kept_tag_is_kept() -> None:
         "latest": "sha256:" + "1" * 64,
     }
     digests["580.105.08-flatcar4230.2.3"] = None  # listed, then deleted by somebody else
-    guarded = guard_shared_digests(plan, digests)
+    guarded = guard_shared_digests(plan, digests, alone(digests))
     assert deleted(guarded) == []
     assert kept(guarded)[OLD] == "shares its digest with kept tag latest"
     assert (
@@ -220,13 +225,85 @@ def test_a_digest_shared_with_a_kept_tag_is_kept() -> None:
         == "no Flatcar feed releasebot reads ever listed 4230.2.3"
     )
     del digests["latest"]
-    assert [(d.tag, d.digest) for d in guard_shared_digests(plan, digests).delete] == [
-        (OLD, "sha256:" + "1" * 64)
-    ]
+    assert [
+        (d.tag, d.digest) for d in guard_shared_digests(plan, digests, alone(digests)).delete
+    ] == [(OLD, "sha256:" + "1" * 64)]
+
+
+def digest_of(name: str) -> str:
+    return "sha256:" + name.encode().hex().ljust(64, "0")[:64]
+
+
+OLD_D, CURRENT_D = digest_of("old"), digest_of("current")
+
+
+@pytest.mark.parametrize("what", ["index image", "signature", "attestation", "referrer", "deep"])
+def test_everything_a_kept_tag_reaches_is_protected_before_anything_is_deleted(
+    what: str,
+) -> None:
+    """A kept tag's images, signatures, attestations and referrers (and what THEY reach)
+    are protected, so no attachment delete of a deleted tag may touch them."""
+    plan = decide()
+    reached = digest_of(what)
+    digests: dict[str, str | None] = {OLD: OLD_D, CURRENT: CURRENT_D}
+    middle = digest_of("middle")
+    reaches = {OLD_D: frozenset({OLD_D}), CURRENT_D: frozenset({CURRENT_D, middle, reached})}
+    guarded = guard_shared_digests(plan, digests, reaches)
+    assert deleted(guarded) == [OLD]
+    assert {CURRENT_D, middle, reached} <= guarded.protected
+    assert OLD_D not in guarded.protected
+
+
+def test_a_candidate_a_kept_tag_reaches_is_kept() -> None:
+    """A deleted tag whose manifest is an image of a kept index (or a kept tag's
+    attachment) would break the kept tag: it stays."""
+    digests: dict[str, str | None] = {OLD: OLD_D, CURRENT: CURRENT_D}
+    reaches = {OLD_D: frozenset({OLD_D}), CURRENT_D: frozenset({CURRENT_D, OLD_D})}
+    guarded = guard_shared_digests(decide(), digests, reaches)
+    assert deleted(guarded) == []
+    assert kept(guarded)[OLD].startswith(f"kept tag {CURRENT} reaches its manifest")
+    assert OLD_D in guarded.protected
+
+
+def test_a_candidate_kept_protects_what_it_reaches_in_turn() -> None:
+    """Kept for sharing a digest, a candidate's own signatures become protected, and a
+    third candidate they are the manifest of is kept too (until nothing changes)."""
+    first, second = "580.105.08-flatcar4230.2.4", "580.105.08-flatcar4230.2.3"
+    plan = decide(
+        (first, second, CURRENT, "latest"), listings=(*BASE_LISTINGS, listing("4230.2.3"))
+    )
+    assert sorted(deleted(plan)) == [second, first]
+    shared, sig = digest_of("shared"), digest_of("sig")
+    digests: dict[str, str | None] = {
+        first: shared,
+        "latest": shared,
+        second: sig,
+        CURRENT: CURRENT_D,
+    }
+    reaches = {
+        shared: frozenset({shared, sig}),
+        sig: frozenset({sig}),
+        CURRENT_D: frozenset({CURRENT_D}),
+    }
+    guarded = guard_shared_digests(plan, digests, reaches)
+    assert deleted(guarded) == []
+    assert kept(guarded)[first] == "shares its digest with kept tag latest"
+    assert kept(guarded)[second].startswith("kept tag ")
+    assert {shared, sig, CURRENT_D} <= guarded.protected
+
+
+def test_a_digest_whose_reach_is_not_known_deletes_nothing() -> None:
+    digests: dict[str, str | None] = {OLD: OLD_D, CURRENT: CURRENT_D}
+    guarded = guard_shared_digests(decide(), digests, {OLD_D: frozenset({OLD_D})})
+    assert deleted(guarded) == []
+    assert guarded.held is not None
+    assert CURRENT in guarded.held
+    assert "deleting nothing" in kept(guarded)[OLD]
 
 
 def test_a_tag_gone_before_the_delete_is_not_deleted() -> None:
-    guarded = guard_shared_digests(decide(), {OLD: None, CURRENT: "sha256:" + "2" * 64})
+    digests: dict[str, str | None] = {OLD: None, CURRENT: "sha256:" + "2" * 64}
+    guarded = guard_shared_digests(decide(), digests, alone(digests))
     assert deleted(guarded) == []
     assert kept(guarded)[OLD] == "the registry no longer has the tag"
 

@@ -137,3 +137,16 @@ def test_a_key_that_does_not_match_the_public_key_signs_nothing() -> None:
     with pytest.raises(SigningError, match="does not belong"):
         signer.attest(request)
     assert artifacts.manifest(oci.signature_tag(request.digest)) is None
+
+
+@pytest.mark.parametrize(
+    "digest",
+    ["../../other/repo/manifests/x", "sha256:" + "a" * 64 + "?x=1", "sha256:" + "A" * 64, ""],
+)
+def test_descriptors_naming_no_digest_are_left_out_of_indexes_and_layers(digest: str) -> None:
+    good = {"mediaType": "m", "digest": "sha256:" + "b" * 64, "size": 1}
+    bad = {"mediaType": "m", "digest": digest, "size": 1}
+    index = json.dumps({"manifests": [bad, good]}).encode()
+    manifest = json.dumps({"layers": [good, bad]}).encode()
+    assert oci.index_manifests(index) == [good]
+    assert oci.manifest_layers(manifest) == [good]
