@@ -9,7 +9,13 @@ threads, so a long cycle never delays a lease renewal:
   follower only: read the Lease, so a lapsed one is noticed soon after it lapsed (the
   takeover bound in ``docs/architecture.md`` rests on this period, not on the renewal's);
 - ``cycle`` every ``interval`` plus up to ``jitter``: ``tick()``;
-- ``deliver`` every ``deliver_every``: the notification delivery callable, leader only;
+- ``deliver`` every ``deliver_every``: the notification delivery callable, leader only.
+  A round holds the cycle guard, so one that finds it taken (``DeliveryRound.busy``) is
+  owed: it runs as soon as this process's cycle (or retention) gives the guard back, not
+  a period later. Rounds and cycles start on the same ticks whenever the interval divides
+  the period (5 s, 10 s): without that, every round met a cycle holding the guard and no
+  notification ever went out. The backlog each round leaves is watched
+  (``BacklogWatch``): not shrinking for ``backlog_stuck_after`` is one warning and a gauge;
 - ``retention`` (only when given) every ``retention_check_every``: ``retain()``, which
   runs the retention callable on the leader, under the cycle guard, once per
   ``retention_every`` (a run skipped because a cycle held the guard is tried again at the
@@ -55,6 +61,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import LeaderElector, StateStore
+from releasebot.service.notifications import BacklogWatch, DeliveryRound
 
 if TYPE_CHECKING:  # prometheus_client only for the process that runs the scheduler
     from releasebot.service.metrics import ServiceMetrics
@@ -92,6 +99,10 @@ class RunnerOptions:
     """The Lease's duration; the leadership is renewed every third of it."""
     deliver_every: timedelta = timedelta(seconds=10)
     """Notification latency; Slack allows about one message per second per channel."""
+    backlog_stuck_after: timedelta = timedelta(minutes=1)
+    """A notification backlog that has not shrunk for this long (six delivery rounds) is a
+    warning line and ``releasebot_notification_stuck``: long enough for a busy round or a
+    Slack blip to pass, short enough to be told before anyone asks where the messages are."""
     guard_ttl: timedelta = timedelta(seconds=60)
     """How long a SQLite guard row outlives a dead holder (renewed every third of it)."""
     shutdown_grace: timedelta = timedelta(seconds=20)
@@ -176,6 +187,11 @@ class Runner:
         self._idle.set()
         self._stopping = threading.Event()
         self._scheduler: Any = None
+        self._backlog = BacklogWatch(options.backlog_stuck_after)
+        self._delivering = threading.Lock()  # one round at a time, scheduled or owed
+        self._owed_lock = threading.Lock()
+        self._owed = False  # a round found the guard taken: run one when it is given back
+        self._given_back = 0  # how often this process's cycle or retention gave it back
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -288,15 +304,64 @@ class Runner:
         finally:
             self._cycle_started = None
             self._idle.set()
+            self._gave_back()
 
-    def deliver(self) -> None:
-        """Deliver pending notifications, on the leader only."""
-        if self._stopping.is_set() or not self._elector.is_leader:
-            return
+    def deliver(self) -> str:
+        """Deliver pending notifications, on the leader only; what happened: ``stopping``,
+        ``follower``, ``running`` (a round runs right now), ``ran``, ``failed`` or ``busy``
+        (the guard was taken: the round is owed, see the module's docstring)."""
+        if self._stopping.is_set():
+            return "stopping"
+        if not self._elector.is_leader:
+            return "follower"
+        if not self._delivering.acquire(blocking=False):
+            return "running"
         try:
-            self._deliver()
-        except Exception:  # a delivery bug must not stop the loop; logged with traceback
-            log.exception("notification delivery failed")
+            given_back = self._given_back
+            try:
+                result = self._deliver()
+            except Exception:  # a delivery bug must not stop the loop; logged with traceback
+                log.exception("notification delivery failed")
+                return "failed"
+        finally:
+            self._delivering.release()
+        round_ = result if isinstance(result, DeliveryRound) else DeliveryRound()
+        now = self._clock()
+        stuck = False if round_.outbox is None else self._backlog.observe(round_.outbox, now)
+        self._metrics.observe_delivery(round_, now, stuck=stuck)
+        if not round_.busy:
+            return "ran"
+        with self._owed_lock:
+            # Given back while this round ran: run again now, else when it is given back.
+            again = self._given_back != given_back
+            self._owed = not again
+        if again:
+            self._soon()
+        return "busy"
+
+    def _gave_back(self) -> None:
+        """This process's cycle or retention released the guard: run an owed round."""
+        with self._owed_lock:
+            self._given_back += 1
+            owed, self._owed = self._owed, False
+        if owed:
+            self._soon()
+
+    def _soon(self) -> None:
+        """A delivery round now, on the scheduler's pool (inline without a scheduler)."""
+        if self._stopping.is_set():
+            return
+        scheduler = self._scheduler
+        if scheduler is None:
+            self.deliver()
+        elif scheduler.running:  # a stopped scheduler would only queue it, never run it
+            scheduler.add_job(
+                self.deliver,
+                id="deliver-owed",
+                name="deliver-owed",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
 
     def retain(self) -> str:
         """Run retention if due, on the leader, holding the cycle guard; what happened:
@@ -324,6 +389,8 @@ class Runner:
         except Exception:  # a bug must not end the loop: logged with its traceback
             log.exception("retention failed unexpectedly")
             outcome, wait = "failed", self.options.retention_retry_after
+        finally:
+            self._gave_back()
         now = self._clock()
         self.last_retention_at = now
         self._retention_next_at = now + wait
