@@ -38,6 +38,9 @@ a former leader still finishing, a CronJob run), runs the cycle, releases the gu
 updates the metrics.
 
 Shutdown (``stop``): no new runs; the running cycle gets ``shutdown_grace`` to finish.
+The wiring sets the process's ``edge.stop.Halt`` first, which ends the cycle's waits on
+upstreams (retry pauses, a feed request in flight) with ``Stopped``: the cycle unwinds
+and gives the guard back within moments (``"stopped"``), rather than after its timeouts.
 Abandoning it after that is safe: a cycle is a sequence of small transactions, each
 step idempotent and repeated by the next cycle (``service.reconcile``), so a process
 ending between or even inside steps never leaves half-written state. The guard is then
@@ -61,6 +64,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import LeaderElector, StateStore
+from releasebot.edge.stop import Stopped
 from releasebot.service.notifications import BacklogWatch, DeliveryRound
 
 if TYPE_CHECKING:  # prometheus_client only for the process that runs the scheduler
@@ -285,7 +289,8 @@ class Runner:
 
     def tick(self) -> str:
         """One scheduled cycle; returns what happened (for tests and the log):
-        ``follower``, ``busy``, ``completed``, ``failed`` or ``stopping``."""
+        ``follower``, ``busy``, ``completed``, ``failed``, ``stopping`` or ``stopped`` (the
+        shutdown ended it mid-way)."""
         if self._stopping.is_set():
             return "stopping"
         if not self.lead():
@@ -383,6 +388,9 @@ class Runner:
                     log.info("retention: a cycle holds the guard; trying again later")
                     return "busy"
                 self._retention()
+        except Stopped:
+            log.info("retention stopped: releasebot is shutting down")
+            return "stopped"
         except ReleasebotError as error:
             log.warning("retention failed: %s", error)
             outcome, wait = "failed", self.options.retention_retry_after
@@ -461,6 +469,9 @@ class Runner:
                     self._metrics.cycle_skipped("busy")
                     return "busy"
                 report = self._cycle()
+        except Stopped:  # the shutdown ended a wait: the guard is given back, nothing lost
+            log.info("cycle stopped: releasebot is shutting down")
+            return "stopped"
         except ReleasebotError as error:
             log.error("cycle failed: %s", error, extra={"error": type(error).__name__})
             self._metrics.cycle_skipped("failed")

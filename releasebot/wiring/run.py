@@ -21,6 +21,7 @@ from releasebot.config import Settings
 from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ConfigError
 from releasebot.edge.parse import parse_listen_address
+from releasebot.edge.stop import Halt
 from releasebot.service.plan import FeedOutcome
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.lock import CycleGuard
@@ -98,13 +99,14 @@ def run_service(
     redact = RedactSecrets(secrets).redact  # the /readyz body is unauthenticated
     stop = stop or threading.Event()
     _on_signals(stop)
+    halt = Halt()  # set at shutdown: ends the cycle's waits on upstreams
     run = settings.run
     identity = run_identity(settings)
     elector = make_elector(settings, identity)
     with (
         closing(elector),
         open_engine(settings.database.url) as engine,
-        reconcile_service(settings, _log_feed, engine=engine) as service,
+        reconcile_service(settings, _log_feed, engine=engine, halt=halt) as service,
         ExitStack() as slack,
     ):
         guard = SharedGuard(CycleGuard(engine), guard_holder(identity))
@@ -163,6 +165,7 @@ def run_service(
         )
         stop.wait()
         logging.getLogger("releasebot.run").info("shutting down")
+        halt.set()  # a cycle waiting on an upstream unwinds now, not after its timeouts
         finished = runner.stop()
         slack.close()  # the Slack hooks, after the leadership was given up
         server.close()
