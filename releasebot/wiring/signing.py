@@ -51,17 +51,7 @@ def make_attestor(settings: Settings, registry: Registry, http: httpx.Client) ->
     if not isinstance(registry, OrasRegistry):
         return None  # an in-memory registry (demo): nothing to attach to
     key_file = KeyFile(signing.key_file, signing.password_bytes)
-    try:
-        key = key_file.load()
-    except SigningError as error:
-        raise ConfigError("signing.key_file", str(error)) from None
-    public = _public_key(settings) or key.public
-    if public.fingerprint != key.public.fingerprint:
-        raise ConfigError(
-            "signing.public_key_file",
-            f"is {public.fingerprint}, not the public half of signing.key_file "
-            f"({key.public.fingerprint})",
-        )
+    public = check_signing_key(settings)
     artifacts = HttpArtifactSource(
         http,
         flatcar_base_url=settings.recipe.flatcar_base_url,
@@ -114,6 +104,27 @@ def verify_published(settings: Settings, registry: Registry, tag: str) -> Verifi
         builder=Builder(__version__, settings.kaniko.executor_image),
     )
     return attestor.verify(tag)
+
+
+def check_signing_key(settings: Settings) -> VerifyingKey:
+    """Load ``signing.key_file`` (and ``public_key_file``, which must be its public half):
+    the public key, or ``ConfigError`` naming the setting. No I/O beyond the two files, so
+    ``run`` checks it before it starts anything."""
+    from releasebot.signing.keys import KeyFile
+
+    signing = settings.signing
+    try:
+        key = KeyFile(signing.key_file, signing.password_bytes).load()
+    except SigningError as error:
+        raise ConfigError("signing.key_file", str(error)) from None
+    public = _public_key(settings) or key.public
+    if public.fingerprint != key.public.fingerprint:
+        raise ConfigError(
+            "signing.public_key_file",
+            f"is {public.fingerprint}, not the public half of signing.key_file "
+            f"({key.public.fingerprint})",
+        )
+    return public
 
 
 def _public_key(settings: Settings) -> VerifyingKey | None:
