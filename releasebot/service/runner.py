@@ -12,8 +12,10 @@ threads, so a long cycle never delays a lease renewal:
 - ``deliver`` every ``deliver_every``: the notification delivery callable, leader only.
   A round holds the cycle guard, so one that finds it taken (``DeliveryRound.busy``) is
   owed: it runs as soon as this process's cycle (or retention) gives the guard back, not
-  a period later. Rounds and cycles start on the same ticks whenever the interval divides
-  the period (5 s, 10 s): without that, every round met a cycle holding the guard and no
+  a period later, and, should that chance be lost to the next cycle, before that cycle
+  takes the guard; a cycle also waits for a round in progress instead of being skipped.
+  Rounds and cycles start on the same ticks whenever the interval divides the period
+  (5 s, 10 s): without that, every round met a cycle holding the guard and no
   notification ever went out. The backlog each round leaves is watched
   (``BacklogWatch``): not shrinking for ``backlog_stuck_after`` is one warning and a gauge;
 - ``retention`` (only when given) every ``retention_check_every``: ``retain()``, which
@@ -305,21 +307,23 @@ class Runner:
         self._idle.clear()
         self._cycle_started = self._monotonic()
         try:
+            self._before_cycle()
             return self._guarded_cycle()
         finally:
             self._cycle_started = None
             self._idle.set()
             self._gave_back()
 
-    def deliver(self) -> str:
+    def deliver(self, *, wait: bool = False) -> str:
         """Deliver pending notifications, on the leader only; what happened: ``stopping``,
-        ``follower``, ``running`` (a round runs right now), ``ran``, ``failed`` or ``busy``
-        (the guard was taken: the round is owed, see the module's docstring)."""
+        ``follower``, ``running`` (a round runs right now; with ``wait``, it is waited
+        for), ``ran``, ``failed`` or ``busy`` (the guard was taken: the round is owed, see
+        the module's docstring)."""
         if self._stopping.is_set():
             return "stopping"
         if not self._elector.is_leader:
             return "follower"
-        if not self._delivering.acquire(blocking=False):
+        if not self._delivering.acquire(blocking=wait):
             return "running"
         try:
             given_back = self._given_back
@@ -335,6 +339,8 @@ class Runner:
         stuck = False if round_.outbox is None else self._backlog.observe(round_.outbox, now)
         self._metrics.observe_delivery(round_, now, stuck=stuck)
         if not round_.busy:
+            with self._owed_lock:
+                self._owed = False  # this round did what was owed
             return "ran"
         with self._owed_lock:
             # Given back while this round ran: run again now, else when it is given back.
@@ -343,6 +349,19 @@ class Runner:
         if again:
             self._soon()
         return "busy"
+
+    def _before_cycle(self) -> None:
+        """Delivery first: a round running now ends before the cycle asks for the guard it
+        holds (else the cycle would be skipped as busy), and a round still owed (its
+        second chance, right after the last cycle, lost the guard to this one) runs now,
+        so a busy machine delays a notification by one cycle, never for good."""
+        with self._owed_lock:
+            owed = self._owed
+        if owed:
+            self.deliver(wait=True)
+            return
+        with self._delivering:
+            pass
 
     def _gave_back(self) -> None:
         """This process's cycle or retention released the guard: run an owed round."""

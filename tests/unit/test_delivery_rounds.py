@@ -66,7 +66,11 @@ class Rounds:
 
 
 def make_runner(
-    guard: CycleGuard, rounds: Rounds, cycle: Callable[[], CycleReport], now: list[datetime]
+    guard: CycleGuard,
+    rounds: Callable[[], DeliveryRound],
+    cycle: Callable[[], CycleReport],
+    now: list[datetime],
+    monotonic: Callable[[], float] = lambda: 0.0,
 ) -> tuple[Runner, ServiceMetrics]:
     metrics = ServiceMetrics()
     runner = Runner(
@@ -79,6 +83,7 @@ def make_runner(
         deliver=rounds,
         options=OPTIONS,
         clock=lambda: now[0],
+        monotonic=monotonic,
     )
     runner.lead()
     return runner, metrics
@@ -165,6 +170,41 @@ def test_a_round_busy_for_another_process_waits_for_this_one_to_give_the_guard_b
     assert rounds.outcomes == ["busy", "ran"]
     assert runner.tick() == "completed"
     assert rounds.outcomes == ["busy", "ran"]  # paid once: nothing owed any more
+
+
+def test_a_cycle_waits_for_the_round_in_progress_instead_of_being_skipped(
+    guard: CycleGuard,
+) -> None:
+    """Round and cycle on the same tick, the round first: the cycle waits the round's
+    few moments for the guard rather than being skipped as busy for a whole interval."""
+    holding, done = threading.Event(), threading.Event()
+
+    def slow_round() -> DeliveryRound:
+        with guard.hold("delivery", timedelta(minutes=1), lambda: T0) as held:
+            holding.set()
+            assert done.wait(30)
+        return DeliveryRound(busy=not held, outbox=OutboxState(0))
+
+    ticking = threading.Event()
+
+    def monotonic() -> float:
+        ticking.set()  # the tick is past the leadership, about to take the guard
+        return 0.0
+
+    runner, _ = make_runner(guard, slow_round, CycleReport, [T0], monotonic)
+    delivering = threading.Thread(target=runner.deliver)
+    delivering.start()
+    assert holding.wait(10)
+    outcome: list[str] = []
+    cycling = threading.Thread(target=lambda: outcome.append(runner.tick()))
+    cycling.start()
+    try:
+        assert ticking.wait(10)
+    finally:
+        done.set()
+        cycling.join(timeout=30)
+        delivering.join(timeout=30)
+    assert outcome == ["completed"]
 
 
 def test_a_round_that_ran_owes_nothing(guard: CycleGuard) -> None:
