@@ -370,10 +370,15 @@ def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
             print(f"{decision.action} {decision.tag}{job}{detail}")
     for problem in report.errors:
         _error(problem, args)
-    rejected = sum(1 for decision in report.decisions if decision.action is Action.REJECTED)
+    # Each refusal's reason on stderr itself: the ``rejected`` lines above went to stdout,
+    # which a script keeps apart (or a pipe swallows), with --quiet as without.
+    refused = [decision for decision in report.decisions if decision.action is Action.REJECTED]
+    for decision in refused:
+        _error(f"{decision.tag}: {decision.detail}", args)
+    rejected = len(refused)
     if rejected:
         _error(
-            f"the API server refused {rejected} Job(s) (the lines above say why): fix the "
+            f"the API server refused {rejected} Job(s), each said why above: fix the "
             "cause, then `releasebot build` or `/releasebot retry` the tags",
             args,
         )

@@ -36,6 +36,7 @@ from releasebot.domain.lifecycle import is_outstanding
 from releasebot.domain.models import TargetState
 from releasebot.domain.ports import StateStore
 from releasebot.domain.proof import ProofRecord, count_states
+from releasebot.service.notifications import DeliveryRound
 from releasebot.service.report import CycleReport
 
 log = logging.getLogger("releasebot.metrics")
@@ -94,6 +95,24 @@ class ServiceMetrics:
             "Notifications waiting in the outbox for delivery.",
             registry=r,
         )
+        self.backlog_oldest = Gauge(
+            "releasebot_notification_oldest_age_seconds",
+            "Age of the oldest notification not delivered yet; 0 when none waits.",
+            registry=r,
+        )
+        self.backlog_stuck = Gauge(
+            "releasebot_notification_stuck",
+            "1 while the notification backlog has not shrunk for a minute (nothing goes "
+            "out: Slack refuses, or rounds cannot run), else 0.",
+            registry=r,
+        )
+        self.delivery_rounds = Counter(
+            "releasebot_delivery_rounds",
+            "Delivery rounds by outcome: ran, busy (the cycle guard was taken; run again "
+            "when the cycle ends).",
+            ["outcome"],
+            registry=r,
+        )
         self.cycles = Counter(
             "releasebot_cycles",
             "Cycles by outcome: completed, failed, busy (another process held the guard).",
@@ -143,12 +162,24 @@ class ServiceMetrics:
             self.targets.labels(state.value)
         for outcome in ("completed", "failed", "busy"):
             self.cycles.labels(outcome)
+        for outcome in ("ran", "busy"):
+            self.delivery_rounds.labels(outcome)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def set_leader(self, leader: bool) -> None:
         self.is_leader.set(1 if leader else 0)
+
+    def observe_delivery(self, round_: DeliveryRound, now: datetime, *, stuck: bool) -> None:
+        """One delivery round: ran or busy, and the outbox it left when known."""
+        self.delivery_rounds.labels("busy" if round_.busy else "ran").inc()
+        if round_.outbox is None:
+            return
+        self.backlog.set(round_.outbox.backlog)
+        oldest = round_.outbox.oldest_at
+        self.backlog_oldest.set(0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+        self.backlog_stuck.set(1 if stuck else 0)
 
     def cycle_skipped(self, outcome: str) -> None:
         self.cycles.labels(outcome).inc()

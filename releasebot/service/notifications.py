@@ -21,6 +21,13 @@ post (see ``notify/slack.py``), which closes the window between Slack's answer a
 ``DeliveryOutage`` keeps the log of rounds that cannot run at all (the database is away:
 the guard or the outbox cannot be read) to one warning when the outage starts and one line
 when delivery works again, however many rounds fail in between (every ten seconds).
+
+``BacklogWatch`` says when notifications stop going out for any reason (Slack refusing,
+rounds always finding the cycle guard taken, a bug): a backlog that has not shrunk for
+``stuck_after`` is one warning per episode and the ``releasebot_notification_stuck``
+gauge; each round reports the backlog and its oldest event's time (``OutboxState``), and
+whether it ran at all (``DeliveryRound``), so the runner can run a round that found the
+guard taken as soon as its own cycle gives the guard back.
 """
 
 from __future__ import annotations
@@ -138,6 +145,10 @@ class NotificationService:
         report.backlog = self._store.outbox_backlog()
         return report
 
+    def outbox(self, now: datetime) -> OutboxState:
+        """The backlog and when its oldest event was made (``outbox_state``)."""
+        return outbox_state(self._store, now)
+
     def _backoff(self, stored: StoredEvent, error: TemporaryError) -> timedelta:
         delay = retry_delay(
             stored.attempts + 1, base=self._options.retry_base, cap=self._options.retry_cap
@@ -166,6 +177,69 @@ class NotificationService:
             next_attempt_at.isoformat(),
             message,
         )
+
+
+@dataclass(frozen=True)
+class OutboxState:
+    """The outbox after a round: how many events wait, and when the oldest was made."""
+
+    backlog: int
+    oldest_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryRound:
+    """What one scheduled round did, for the runner: ``busy`` when it did not run because
+    the cycle guard was taken (the runner runs it again once its own cycle gives the guard
+    back), and the outbox it left (``None``: unknown, or no notifier)."""
+
+    busy: bool = False
+    outbox: OutboxState | None = None
+
+
+def outbox_state(store: Outbox, now: datetime) -> OutboxState:
+    """The backlog and its oldest event (two small reads; undelivered rows are indexed)."""
+    backlog = store.outbox_backlog()
+    oldest = store.pending_events(now + _EVER, 1) if backlog else []
+    return OutboxState(backlog, oldest[0].event.created_at if oldest else None)
+
+
+class BacklogWatch:
+    """One warning when the backlog has not shrunk for ``stuck_after``, one line when it
+    is empty again; quiet in between and while it moves."""
+
+    def __init__(self, stuck_after: timedelta, logger: logging.Logger = log) -> None:
+        self._stuck_after = stuck_after
+        self._log = logger
+        self._last: int | None = None
+        self._since: datetime | None = None  # when the backlog last shrank (or appeared)
+        self._warned = False
+
+    def observe(self, state: OutboxState, now: datetime) -> bool:
+        """Record the outbox after a round; whether it counts as stuck now."""
+        if state.backlog == 0:
+            if self._warned:
+                self._log.info("notifications: the backlog is delivered, nothing waits")
+            self._last, self._since, self._warned = None, None, False
+            return False
+        if self._last is None or self._since is None or state.backlog < self._last:
+            self._since = now
+        self._last = state.backlog
+        stuck = now - self._since >= self._stuck_after
+        if stuck and not self._warned:
+            self._warned = True
+            oldest_at = state.oldest_at
+            oldest = "" if oldest_at is None else f", the oldest from {oldest_at.isoformat()}"
+            self._log.warning(
+                "notifications are not going out: %d waiting%s, and the backlog has not "
+                "shrunk for %s (said once; a line says when it is delivered; see "
+                "releasebot_notification_stuck)",
+                state.backlog,
+                oldest,
+                self._stuck_after,
+                extra={"backlog": state.backlog},
+            )
+        return stuck
 
 
 def _level(error: TemporaryError | PermanentError) -> int:

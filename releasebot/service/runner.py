@@ -9,7 +9,15 @@ threads, so a long cycle never delays a lease renewal:
   follower only: read the Lease, so a lapsed one is noticed soon after it lapsed (the
   takeover bound in ``docs/architecture.md`` rests on this period, not on the renewal's);
 - ``cycle`` every ``interval`` plus up to ``jitter``: ``tick()``;
-- ``deliver`` every ``deliver_every``: the notification delivery callable, leader only;
+- ``deliver`` every ``deliver_every``: the notification delivery callable, leader only.
+  A round holds the cycle guard, so one that finds it taken (``DeliveryRound.busy``) is
+  owed: it runs as soon as this process's cycle (or retention) gives the guard back, not
+  a period later, and, should that chance be lost to the next cycle, before that cycle
+  takes the guard; a cycle also waits for a round in progress instead of being skipped.
+  Rounds and cycles start on the same ticks whenever the interval divides the period
+  (5 s, 10 s): without that, every round met a cycle holding the guard and no
+  notification ever went out. The backlog each round leaves is watched
+  (``BacklogWatch``): not shrinking for ``backlog_stuck_after`` is one warning and a gauge;
 - ``retention`` (only when given) every ``retention_check_every``: ``retain()``, which
   runs the retention callable on the leader, under the cycle guard, once per
   ``retention_every`` (a run skipped because a cycle held the guard is tried again at the
@@ -32,6 +40,9 @@ a former leader still finishing, a CronJob run), runs the cycle, releases the gu
 updates the metrics.
 
 Shutdown (``stop``): no new runs; the running cycle gets ``shutdown_grace`` to finish.
+The wiring sets the process's ``edge.stop.Halt`` first, which ends the cycle's waits on
+upstreams (retry pauses, a feed request in flight) with ``Stopped``: the cycle unwinds
+and gives the guard back within moments (``"stopped"``), rather than after its timeouts.
 Abandoning it after that is safe: a cycle is a sequence of small transactions, each
 step idempotent and repeated by the next cycle (``service.reconcile``), so a process
 ending between or even inside steps never leaves half-written state. The guard is then
@@ -55,6 +66,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import LeaderElector, StateStore
+from releasebot.edge.stop import Stopped
+from releasebot.service.notifications import BacklogWatch, DeliveryRound
 
 if TYPE_CHECKING:  # prometheus_client only for the process that runs the scheduler
     from releasebot.service.metrics import ServiceMetrics
@@ -92,6 +105,10 @@ class RunnerOptions:
     """The Lease's duration; the leadership is renewed every third of it."""
     deliver_every: timedelta = timedelta(seconds=10)
     """Notification latency; Slack allows about one message per second per channel."""
+    backlog_stuck_after: timedelta = timedelta(minutes=1)
+    """A notification backlog that has not shrunk for this long (six delivery rounds) is a
+    warning line and ``releasebot_notification_stuck``: long enough for a busy round or a
+    Slack blip to pass, short enough to be told before anyone asks where the messages are."""
     guard_ttl: timedelta = timedelta(seconds=60)
     """How long a SQLite guard row outlives a dead holder (renewed every third of it)."""
     shutdown_grace: timedelta = timedelta(seconds=20)
@@ -176,6 +193,11 @@ class Runner:
         self._idle.set()
         self._stopping = threading.Event()
         self._scheduler: Any = None
+        self._backlog = BacklogWatch(options.backlog_stuck_after)
+        self._delivering = threading.Lock()  # one round at a time, scheduled or owed
+        self._owed_lock = threading.Lock()
+        self._owed = False  # a round found the guard taken: run one when it is given back
+        self._given_back = 0  # how often this process's cycle or retention gave it back
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -269,7 +291,8 @@ class Runner:
 
     def tick(self) -> str:
         """One scheduled cycle; returns what happened (for tests and the log):
-        ``follower``, ``busy``, ``completed``, ``failed`` or ``stopping``."""
+        ``follower``, ``busy``, ``completed``, ``failed``, ``stopping`` or ``stopped`` (the
+        shutdown ended it mid-way)."""
         if self._stopping.is_set():
             return "stopping"
         if not self.lead():
@@ -284,19 +307,85 @@ class Runner:
         self._idle.clear()
         self._cycle_started = self._monotonic()
         try:
+            self._before_cycle()
             return self._guarded_cycle()
         finally:
             self._cycle_started = None
             self._idle.set()
+            self._gave_back()
 
-    def deliver(self) -> None:
-        """Deliver pending notifications, on the leader only."""
-        if self._stopping.is_set() or not self._elector.is_leader:
-            return
+    def deliver(self, *, wait: bool = False) -> str:
+        """Deliver pending notifications, on the leader only; what happened: ``stopping``,
+        ``follower``, ``running`` (a round runs right now; with ``wait``, it is waited
+        for), ``ran``, ``failed`` or ``busy`` (the guard was taken: the round is owed, see
+        the module's docstring)."""
+        if self._stopping.is_set():
+            return "stopping"
+        if not self._elector.is_leader:
+            return "follower"
+        if not self._delivering.acquire(blocking=wait):
+            return "running"
         try:
-            self._deliver()
-        except Exception:  # a delivery bug must not stop the loop; logged with traceback
-            log.exception("notification delivery failed")
+            given_back = self._given_back
+            try:
+                result = self._deliver()
+            except Exception:  # a delivery bug must not stop the loop; logged with traceback
+                log.exception("notification delivery failed")
+                return "failed"
+        finally:
+            self._delivering.release()
+        round_ = result if isinstance(result, DeliveryRound) else DeliveryRound()
+        now = self._clock()
+        stuck = False if round_.outbox is None else self._backlog.observe(round_.outbox, now)
+        self._metrics.observe_delivery(round_, now, stuck=stuck)
+        if not round_.busy:
+            with self._owed_lock:
+                self._owed = False  # this round did what was owed
+            return "ran"
+        with self._owed_lock:
+            # Given back while this round ran: run again now, else when it is given back.
+            again = self._given_back != given_back
+            self._owed = not again
+        if again:
+            self._soon()
+        return "busy"
+
+    def _before_cycle(self) -> None:
+        """Delivery first: a round running now ends before the cycle asks for the guard it
+        holds (else the cycle would be skipped as busy), and a round still owed (its
+        second chance, right after the last cycle, lost the guard to this one) runs now,
+        so a busy machine delays a notification by one cycle, never for good."""
+        with self._owed_lock:
+            owed = self._owed
+        if owed:
+            self.deliver(wait=True)
+            return
+        with self._delivering:
+            pass
+
+    def _gave_back(self) -> None:
+        """This process's cycle or retention released the guard: run an owed round."""
+        with self._owed_lock:
+            self._given_back += 1
+            owed, self._owed = self._owed, False
+        if owed:
+            self._soon()
+
+    def _soon(self) -> None:
+        """A delivery round now, on the scheduler's pool (inline without a scheduler)."""
+        if self._stopping.is_set():
+            return
+        scheduler = self._scheduler
+        if scheduler is None:
+            self.deliver()
+        elif scheduler.running:  # a stopped scheduler would only queue it, never run it
+            scheduler.add_job(
+                self.deliver,
+                id="deliver-owed",
+                name="deliver-owed",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
 
     def retain(self) -> str:
         """Run retention if due, on the leader, holding the cycle guard; what happened:
@@ -318,12 +407,17 @@ class Runner:
                     log.info("retention: a cycle holds the guard; trying again later")
                     return "busy"
                 self._retention()
+        except Stopped:
+            log.info("retention stopped: releasebot is shutting down")
+            return "stopped"
         except ReleasebotError as error:
             log.warning("retention failed: %s", error)
             outcome, wait = "failed", self.options.retention_retry_after
         except Exception:  # a bug must not end the loop: logged with its traceback
             log.exception("retention failed unexpectedly")
             outcome, wait = "failed", self.options.retention_retry_after
+        finally:
+            self._gave_back()
         now = self._clock()
         self.last_retention_at = now
         self._retention_next_at = now + wait
@@ -394,6 +488,9 @@ class Runner:
                     self._metrics.cycle_skipped("busy")
                     return "busy"
                 report = self._cycle()
+        except Stopped:  # the shutdown ended a wait: the guard is given back, nothing lost
+            log.info("cycle stopped: releasebot is shutting down")
+            return "stopped"
         except ReleasebotError as error:
             log.error("cycle failed: %s", error, extra={"error": type(error).__name__})
             self._metrics.cycle_skipped("failed")

@@ -1,4 +1,5 @@
-"""Enforce a deadline on one httpx request whose reads are each within the timeout.
+"""Enforce a deadline on one httpx request whose reads are each within the timeout, and
+end it at once when the process shuts down (``stop``, hooked to ``edge.stop.Halt``).
 
 Split out of ``sources/fetch.py`` because it is the one piece that reaches below httpx (to
 httpcore's ``trace`` extension and the socket). Deliberately not here: what the deadline is,
@@ -38,6 +39,8 @@ class Watchdog:
         self._stream: Any = None
         self._done = False
         self.fired = False
+        self.stopped = False
+        """Shut down for the process's shutdown (``stop``), not for the deadline."""
         self._timer = threading.Timer(max(seconds, 0.0), self._fire)
         self._timer.daemon = True
 
@@ -45,6 +48,8 @@ class Watchdog:
         if event in self._OPENED:
             with self._lock:
                 self._stream = info.get("return_value")
+                if self.stopped:  # stopped while connecting: do not wait for an answer
+                    self._shut_down()
         elif event == "http11.response_closed.started":
             with self._lock:
                 self._stream = None
@@ -54,12 +59,24 @@ class Watchdog:
             if self._done:
                 return
             self.fired = True
-            sock = None if self._stream is None else self._stream.get_extra_info("socket")
-            if isinstance(sock, socket.socket):
-                # The base class's shutdown, even on an SSLSocket: it only wakes the blocked
-                # read (the reading thread still owns and closes the socket).
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            self._shut_down()
+
+    def stop(self) -> None:
+        """The process shuts down: end the request now (``stopped`` tells the fetcher)."""
+        with self._lock:
+            if self._done:
+                return
+            self.stopped = True
+            self._shut_down()
+
+    def _shut_down(self) -> None:
+        """Wake the blocked read (call with the lock held)."""
+        sock = None if self._stream is None else self._stream.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            # The base class's shutdown, even on an SSLSocket: it only wakes the blocked
+            # read (the reading thread still owns and closes the socket).
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def __enter__(self) -> Watchdog:
         self._timer.start()

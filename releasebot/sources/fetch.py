@@ -21,6 +21,7 @@ import hashlib
 import ssl
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -44,6 +45,7 @@ from releasebot.edge.retry import (
     parse_retry_after,
     real_sleep,
 )
+from releasebot.edge.stop import Halt, Stopped
 from releasebot.edge.text import one_line
 from releasebot.sources._file import read_regular_file
 from releasebot.sources._json import looks_like_html
@@ -118,12 +120,16 @@ class HttpFeedFetcher:
         max_backoff: timedelta = RetryPolicy.max_backoff,
         deadline: timedelta = DEFAULT_DEADLINE,
         redirects: Callable[[str], RedirectPolicy] = RedirectPolicy,
+        halt: Halt | None = None,
     ) -> None:
         """``retries`` extra attempts follow a transient failure, after ``backoff`` doubled
         per attempt up to ``max_backoff`` (a Retry-After up to ``max_backoff`` wins).
         ``redirects`` makes the redirect policy of one configured URL (tests pass one with
         their own resolver).
-        ``deadline`` bounds one ``fetch`` as a whole, retries and their waits included."""
+        ``deadline`` bounds one ``fetch`` as a whole, retries and their waits included.
+        ``halt``: the process's shutdown; once set, a fetch raises ``Stopped`` (a request
+        in flight has its connection shut down, a retry pause ends; give ``halt.sleep``
+        as ``sleep``), and nothing about the feed is reported."""
         if deadline <= timedelta(0):
             raise ValueError(f"deadline must be positive, got {deadline}")
         self._client = client
@@ -132,6 +138,7 @@ class HttpFeedFetcher:
         self._sleep = sleep
         self._deadline = deadline
         self._redirects = redirects
+        self._halt = halt
 
     def fetch(self, feed: str, url: str, validators: Validators | None) -> FetchResult:
         old = validators or Validators()
@@ -145,6 +152,8 @@ class HttpFeedFetcher:
             raise FeedRejectedError(
                 feed, f"unsupported URL scheme {_trim(repr(scheme))} in {_safe(url)}"
             )
+        if self._halt is not None:
+            self._halt.check()
         ends = time.monotonic() + self._deadline.total_seconds()
         # One connection per request, closed after it (HTTP/1.1 "Connection: close"): feeds
         # are polled minutes apart, so keep-alive saves nothing, and the deadline's watchdog
@@ -210,10 +219,15 @@ class HttpFeedFetcher:
         Raises ``FeedUnavailableError`` for what a retry may fix, other feed errors otherwise.
         """
         try:
-            with Watchdog(ends - time.monotonic()) as watchdog:
+            with (
+                Watchdog(ends - time.monotonic()) as watchdog,
+                self._halt.hook(watchdog.stop) if self._halt is not None else nullcontext(),
+            ):
                 try:
                     return self._stream(feed, url, headers, ends, watchdog)
                 except (httpx.HTTPError, httpx.StreamError, OSError) as exc:
+                    if watchdog.stopped:
+                        raise Stopped from exc  # the process shuts down: not the feed's fault
                     if watchdog.fired or time.monotonic() >= ends:
                         raise self._too_long(feed) from exc
                     raise

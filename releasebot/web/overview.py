@@ -110,6 +110,12 @@ class OverviewApp:
     def owns(self, path: str) -> bool:
         return path in _STATIC or path == "/api" or path.startswith(("/api/", "/static/"))
 
+    def costly(self, path: str) -> bool:
+        """Whether answering ``path`` reads the store (the JSON API): the server limits how
+        many such answers it computes at once. The static page and the OpenAPI document are
+        built once and cost nothing."""
+        return path.startswith("/api/") and path != "/api/openapi.json"
+
     def __call__(self, target: str, headers: Mapping[str, str]) -> WebAnswer:
         path, _, query = target.partition("?")
         try:

@@ -30,6 +30,8 @@ from releasebot.domain.ports import (
     Registry,
     StateStore,
 )
+from releasebot.edge.retry import real_sleep
+from releasebot.edge.stop import Halt
 from releasebot.service.fleet import FleetService
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.proof import ProofService
@@ -189,6 +191,7 @@ def fleet_service(
     dry_run: bool = False,
     gate: bool = True,
     source: FleetSource | None = None,
+    halt: Halt | None = None,
 ) -> Iterator[FleetService | None]:
     """The fleet's use case when ``fleet.enabled``, reading the cluster through one
     Kubernetes client, or over ``source`` (the demo's simulated fleet, read only). The
@@ -209,23 +212,26 @@ def fleet_service(
             kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
             client = make_kube_client(kubeconfig)
             stack.callback(client.close)
+            sleep = real_sleep if halt is None else halt.sleep
             source = KubernetesFleetSource(
                 client,
                 selector=fleet.selector,
                 page_size=fleet.page_size,
                 gate_annotation=fleet.gate_annotation,
+                sleep=sleep,
             )
             writer = KubernetesNodeAnnotator(
                 client,
                 annotation=fleet.gate_annotation,
                 proof_annotation=fleet.proof_annotation,
+                sleep=sleep,
             )
             if fleet.gate and gate:
                 annotator = writer
             if fleet.proof:
                 from releasebot.fleet.pods import KubernetesPodSource
 
-                pods = KubernetesPodSource(client, namespace=fleet.operator_namespace)
+                pods = KubernetesPodSource(client, namespace=fleet.operator_namespace, sleep=sleep)
                 prover = ProofService(
                     pods=pods,
                     annotator=writer if gate else None,
@@ -265,12 +271,14 @@ def plan_service(
     engine: Engine | None = None,
     gate: bool = True,
     fleet_source: FleetSource | None = None,
+    halt: Halt | None = None,
 ) -> Iterator[PlanService]:
     """A ready ``PlanService`` with its store, HTTP client and fleet, closed when the block
     ends.
 
     With ``dry_run`` the database is read but never written (nor migrated). The store is on
-    ``engine`` when one is given (the caller disposes of it).
+    ``engine`` when one is given (the caller disposes of it). With ``halt`` (``run``'s
+    shutdown) feed requests and retry pauses end as soon as it is set.
     """
     verify: bool | str = settings.http.ca_bundle or True
     client = make_http_client(settings.http.timeout, settings.http.user_agent, verify)
@@ -281,12 +289,19 @@ def plan_service(
         _store_for(
             url, dry_run=dry_run, engine=engine, keep_events=settings.slack.enabled
         ) as store,
-        fleet_service(settings, store, dry_run=dry_run, gate=gate, source=fleet_source) as fleet,
+        fleet_service(
+            settings, store, dry_run=dry_run, gate=gate, source=fleet_source, halt=halt
+        ) as fleet,
     ):
         flatcar, nvidia = feed_specs(settings)
         yield PlanService(
             store=store,
-            fetcher=HttpFeedFetcher(client, retries=settings.http.retries),
+            fetcher=HttpFeedFetcher(
+                client,
+                retries=settings.http.retries,
+                sleep=real_sleep if halt is None else halt.sleep,
+                halt=halt,
+            ),
             flatcar_feeds=flatcar,
             nvidia_feed=nvidia,
             parse_flatcar=parse_flatcar_feed,
@@ -300,7 +315,7 @@ def plan_service(
         )
 
 
-def make_registry(settings: Settings) -> Registry:
+def make_registry(settings: Settings, halt: Halt | None = None) -> Registry:
     from releasebot.registry.oras import OrasRegistry  # requests + oras: only when needed
 
     registry = settings.registry
@@ -316,6 +331,7 @@ def make_registry(settings: Settings) -> Registry:
             timeout=registry.timeout,
             retries=registry.retries,
             user_agent=settings.http.user_agent,
+            sleep=real_sleep if halt is None else halt.sleep,
         )
     except ValueError as error:
         raise ConfigError("registry", str(error)) from None
@@ -367,6 +383,7 @@ def reconcile_service(
     registry: Registry | None = None,
     engine: Engine | None = None,
     fleet_source: FleetSource | None = None,
+    halt: Halt | None = None,
 ) -> Iterator[ReconcileService]:
     """A ready ``ReconcileService``: store, feeds, registry and cluster wired from settings.
 
@@ -376,7 +393,7 @@ def reconcile_service(
     the settings of the cluster and the registry are checked before it is touched.
     """
     launcher = make_launcher(settings, dry_run=dry_run or not cluster)  # config errors first
-    registry = registry or make_registry(settings)
+    registry = registry or make_registry(settings, halt)
     verify: bool | str = settings.http.ca_bundle or True
     http = make_http_client(settings.http.timeout, settings.http.user_agent, verify)
     artifacts = None
@@ -397,6 +414,7 @@ def reconcile_service(
             engine=engine,
             gate=cluster,
             fleet_source=fleet_source,
+            halt=halt,
         ) as planner,
     ):
         attestor = None

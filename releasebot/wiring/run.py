@@ -21,10 +21,12 @@ from releasebot.config import Settings
 from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ConfigError
 from releasebot.edge.parse import parse_listen_address
+from releasebot.edge.stop import Halt
 from releasebot.service.plan import FeedOutcome
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.lock import CycleGuard
 from releasebot.store.sql import SqlStateStore
+from releasebot.web.server import HttpServer
 from releasebot.wiring.core import open_engine, reconcile_service
 from releasebot.wiring.guard import GUARD_TTL, SharedGuard, guard_holder, run_identity
 from releasebot.wiring.retention import retention_service
@@ -84,10 +86,6 @@ def run_service(
     abandoned by ending the process at once (see ``service.runner``).
     """
     from releasebot.logs import RedactSecrets, configure_logging
-    from releasebot.service.metrics import ServiceMetrics
-    from releasebot.service.runner import Runner
-    from releasebot.store.engine import ping
-    from releasebot.web.server import HttpServer
 
     secrets = secret_values(settings)
     configure_logging(
@@ -98,13 +96,77 @@ def run_service(
     redact = RedactSecrets(secrets).redact  # the /readyz body is unauthenticated
     stop = stop or threading.Event()
     _on_signals(stop)
+    check_run(settings)  # every setting first: no warning, no database, no Lease before
+    server, page_server = _bind(settings)  # a port taken is a setting's problem too
+    try:
+        return _serve(settings, server, page_server, redact, stop)
+    finally:
+        server.close()  # idempotent: already closed on a clean shutdown
+        if page_server is not None:
+            page_server.close()
+
+
+def check_run(settings: Settings) -> None:
+    """What only the wiring can judge of the settings, before ``run`` starts anything: the
+    page's own address, the Slack secrets' files, the Kubernetes config, the registry's
+    options and the signing key. ``ConfigError`` naming the key; reads local files only."""
+    from releasebot.edge.kube import make_kube_client
+    from releasebot.wiring.core import make_registry
+    from releasebot.wiring.signing import check_signing_key
+
+    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    make_kube_client(kubeconfig).close()  # the Jobs' client; the Lease's and the fleet's too
+
+    web = settings.web
+    if web.enabled and web.listen not in ("", settings.run.listen):
+        listen_address("web.listen", web.listen)
+    for name in ("bot_token", "signing_secret", "app_token"):
+        settings.slack.secret(name)
+    with closing(make_registry(settings)):
+        pass
+    if settings.signing.enabled:
+        check_signing_key(settings)
+
+
+def _bind(settings: Settings) -> tuple[HttpServer, HttpServer | None]:
+    """The probes' server on ``run.listen`` and, when it has a port of its own, the page's
+    on ``web.listen``: bound (not serving yet), or ``ConfigError`` naming the key."""
+    run, web = settings.run, settings.web
+    host, port = parse_listen_address(run.listen)  # checked by the settings already
+    try:
+        server = HttpServer(host, port, allowed_hosts=web.allowed_hosts)
+    except OSError as error:
+        raise ConfigError("run.listen", f"cannot listen on {run.listen}: {error}") from None
+    if not web.enabled or web.listen in ("", run.listen):
+        return server, None
+    page_host, page_port = listen_address("web.listen", web.listen)
+    try:
+        return server, HttpServer(page_host, page_port, allowed_hosts=web.allowed_hosts)
+    except OSError as error:
+        server.close()
+        raise ConfigError("web.listen", f"cannot listen on {web.listen}: {error}") from None
+
+
+def _serve(
+    settings: Settings,
+    server: HttpServer,
+    page_server: HttpServer | None,
+    redact: Callable[[str], str],
+    stop: threading.Event,
+) -> int:
+    """Start everything on the bound servers, serve until ``stop``, shut down in order."""
+    from releasebot.service.metrics import ServiceMetrics
+    from releasebot.service.runner import Runner
+    from releasebot.store.engine import ping
+
+    halt = Halt()  # set at shutdown: ends the cycle's waits on upstreams
     run = settings.run
     identity = run_identity(settings)
     elector = make_elector(settings, identity)
     with (
         closing(elector),
         open_engine(settings.database.url) as engine,
-        reconcile_service(settings, _log_feed, engine=engine) as service,
+        reconcile_service(settings, _log_feed, engine=engine, halt=halt) as service,
         ExitStack() as slack,
     ):
         guard = SharedGuard(CycleGuard(engine), guard_holder(identity))
@@ -130,33 +192,15 @@ def run_service(
             retention=retain,
             options=runner_options(settings),
         )
-        host, port = parse_listen_address(run.listen)  # checked by the settings already
-        web = settings.web
-        pages = overview_app(settings, SqlStateStore(engine)) if web.enabled else None
-        own_port = pages is not None and web.listen not in ("", run.listen)
-        try:
-            server = HttpServer(
-                host,
-                port,
-                alive=runner.alive,
-                ready=lambda: _redacted(runner.readiness(), redact),
-                metrics=metrics.render,
-                slack=hooks.slack,
-                pages=None if own_port else pages,
-                allowed_hosts=web.allowed_hosts,
-            )
-        except OSError as error:
-            raise ConfigError("run.listen", f"cannot listen on {run.listen}: {error}") from None
-        page_server = None
-        if own_port:
-            page_host, page_port = listen_address("web.listen", web.listen)
-            try:
-                page_server = HttpServer(
-                    page_host, page_port, pages=pages, allowed_hosts=web.allowed_hosts
-                )
-            except OSError as error:
-                server.close()
-                raise ConfigError("web.listen", f"cannot listen on {web.listen}: {error}") from None
+        pages = overview_app(settings, SqlStateStore(engine)) if settings.web.enabled else None
+        server.alive = runner.alive
+        server.ready = lambda: _redacted(runner.readiness(), redact)
+        server.metrics = metrics.render
+        server.slack = hooks.slack
+        if page_server is None:
+            server.pages = pages
+        else:
+            page_server.pages = pages
         runner.start()
         server.start()
         if page_server is not None:
@@ -166,6 +210,7 @@ def run_service(
         )
         stop.wait()
         logging.getLogger("releasebot.run").info("shutting down")
+        halt.set()  # a cycle waiting on an upstream unwinds now, not after its timeouts
         finished = runner.stop()
         slack.close()  # the Slack hooks, after the leadership was given up
         server.close()

@@ -113,6 +113,18 @@ def key_files(settings: Settings) -> KeyFiles:
     )
 
 
+def check_signing_key(settings: Settings) -> VerifyingKey:
+    """Load the ``[signing]`` files as one set (the key, its password, the public key, which
+    must be its public half): the public key, or ``ConfigError`` naming the setting. No I/O
+    beyond those files, so ``run`` checks it before it starts anything."""
+    from releasebot.signing.keyfiles import KeyFileError
+
+    try:
+        return key_files(settings).load().public
+    except KeyFileError as error:
+        raise ConfigError(error.setting, str(error)) from None
+
+
 def _public_key(settings: Settings) -> VerifyingKey | None:
     """The public key file alone (``releasebot verify`` needs no private key)."""
     from releasebot.signing.keys import MAX_KEY_FILE_BYTES, load_verifying_key

@@ -28,6 +28,7 @@ from releasebot.domain.ports import StateStore
 from releasebot.service.notifications import (
     DeliveryOutage,
     DeliveryReport,
+    DeliveryRound,
     NotificationService,
     discard_undeliverable,
 )
@@ -67,31 +68,35 @@ def notification_service(settings: Settings, store: StateStore) -> NotificationS
 
 def deliver_guarded(
     guard: SharedGuard, service: NotificationService | None, outage: DeliveryOutage
-) -> None:
+) -> DeliveryRound | None:
     """A delivery round under the cycle guard: during a leadership hand-over the old and
-    the new leader never search-then-post the same event at once. The database being away
-    (the guard cannot be taken or given back) is logged once per outage, never raised."""
+    the new leader never search-then-post the same event at once. What it did: busy (the
+    guard was taken: the runner runs the round again once its cycle ends) and the outbox
+    it left. The database being away (the guard cannot be taken or given back) is logged
+    once per outage, never raised."""
     if service is None:
-        return
+        return None
     try:
         with guard.hold() as held:
             if held:
                 deliver_now(service, outage)
+        return DeliveryRound(busy=not held, outbox=service.outbox(utc_now()))
     except ReleasebotError as error:
         outage.failed(error)
+        return None
 
 
 def discard_guarded(
     guard: SharedGuard, store: StateStore, outage: DeliveryOutage
-) -> Callable[[], None]:
+) -> Callable[[], DeliveryRound | None]:
     """The delivery round without a notifier: once, under the guard, drop the events an
     older releasebot queued with Slack off (this one queues none then). The database
     being away is logged once per outage, as for delivery."""
     done: list[bool] = []
 
-    def round_() -> None:
+    def round_() -> DeliveryRound | None:
         if done:
-            return
+            return None
         try:
             with guard.hold() as held:
                 if held:
@@ -99,8 +104,9 @@ def discard_guarded(
                     done.append(True)
         except ReleasebotError as error:
             outage.failed(error)
-            return
+            return None
         outage.recovered()
+        return DeliveryRound(busy=not held)
 
     return round_
 
@@ -197,7 +203,7 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
     store = SqlStateStore(engine)
     delivery = notification_service(settings, store)
     outage = DeliveryOutage(log)
-    deliver: Callable[[], None] = (
+    deliver: Callable[[], DeliveryRound | None] = (
         discard_guarded(guard, store, outage)
         if delivery is None
         else lambda: deliver_guarded(guard, delivery, outage)
@@ -256,9 +262,9 @@ def slack_hooks(settings: Settings, engine: Engine, guard: SharedGuard) -> Itera
             except ReleasebotError as error:  # /readyz shows it; the next round retries
                 log.warning("Socket Mode not connected: %s", error)
 
-        def leader_round() -> None:
+        def leader_round() -> DeliveryRound | None:
             connect()  # a lost or refused connection is retried every delivery round
-            deliver()
+            return deliver()
 
         yield RunHooks(
             on_lead_start=connect,

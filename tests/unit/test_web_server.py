@@ -120,6 +120,9 @@ class _Pages:
     def owns(self, path: str) -> bool:
         return path == "/" or path.startswith("/api/")
 
+    def costly(self, path: str) -> bool:
+        return path.startswith("/api/")
+
     def __call__(self, target: str, headers: Mapping[str, str]) -> object:
         from releasebot.web.overview import WebAnswer
 
