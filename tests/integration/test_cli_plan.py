@@ -430,7 +430,7 @@ def test_demo_as_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "595.91.07-flatcar4593.2.5" in result.stdout
-    assert "gpu-l40s-3   amd64  4722.1.0  missing  4757.1.0" in result.stdout
+    assert "gpu-l40s-3   amd64  4722.1.0  missing  -      4757.1.0  missing" in result.stdout
     assert "Traceback" not in result.stderr
     result = subprocess.run(
         [sys.executable, "-m", "releasebot", "plan", "--config", str(tmp_path / "none.toml")],
