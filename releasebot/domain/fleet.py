@@ -392,6 +392,15 @@ def _mapping(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
 
 
+def is_node_name(value: object) -> bool:
+    """``value`` is a name the API server accepts for a Node (a DNS-1123 subdomain)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= NAME_MAX_CHARS
+        and bool(_NODE_NAME.fullmatch(value))
+    )
+
+
 def _some(texts: Sequence[str], shown: int = 3) -> str:
     """The first few of ``texts``, and how many more."""
     more = f" and {len(texts) - shown} more" if len(texts) > shown else ""
@@ -403,7 +412,7 @@ def _name(value: object) -> tuple[str, str | None]:
     not a valid Node name, so releasebot never writes to it). A valid name is shown as it
     is; any other is shown escaped (``'gpu-\\x1b[0m1'``), never as the valid name it
     would clean to."""
-    if isinstance(value, str) and len(value) <= NAME_MAX_CHARS and _NODE_NAME.fullmatch(value):
+    if isinstance(value, str) and is_node_name(value):
         return value, value
     if not isinstance(value, str) or clean(value) is None:
         return UNNAMED, None

@@ -285,6 +285,19 @@ def rebooted(node: FleetNode, kernel: str | None) -> FleetNode:
     )
 
 
+def driver_mode(view: OperatorView) -> DriverMode:
+    """How the operator deploys drivers: by the first ClusterPolicy (by name) alone, by its
+    NVIDIADriver objects, not at all (disabled), or no ClusterPolicy (none)."""
+    policies = sorted(view.cluster_policies or (), key=lambda source: source.name)
+    if not policies:
+        return DriverMode.NONE
+    if policies[0].defers_to_crd:
+        return DriverMode.NVIDIA_DRIVER
+    if not policies[0].enabled:
+        return DriverMode.DISABLED
+    return DriverMode.CLUSTER_POLICY
+
+
 def _resolve(
     flatcar: Sequence[FleetNode],
     nodes: Sequence[ParsedNode],

@@ -145,7 +145,7 @@ class KubernetesFleetSource:
             gate_annotation=self._gate_annotation,
             proof_annotation=self._proof_annotation,
         )
-        problems = [f"fleet: {line}" for line in (*listing.skipped, *names)]
+        problems = [*listing.skipped, *names]
         unsure = None
         if listing.cut is not None:
             unsure = (
@@ -159,7 +159,7 @@ class KubernetesFleetSource:
                 "not every node is known: find the odd objects with kubectl get nodes -o json"
             )
         if unsure is not None:
-            problems.append(f"fleet: {unsure}")
+            problems.append(unsure)
         return NodeListing(
             nodes, listing.restarts, tuple(problems), unsure, cut=listing.cut is not None
         )

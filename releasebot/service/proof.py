@@ -99,6 +99,8 @@ class ProofService:
             if not isinstance(node, FleetNode):
                 continue
             record = kept.get(node.name)
+            if node.fluo.after_reboot and node.address != node.name:
+                continue  # not addressable (the listing said why): nothing read or written
             if node.fluo.after_reboot:
                 later = self._after_reboot(node, record, entries.get(node.name), records, outcome)
                 if later is None:

@@ -294,7 +294,7 @@ def test_a_null_node_is_skipped_and_the_others_are_read(kube_api: FakeKubeApi) -
     finally:
         source.close()
     assert [node.name for node in listing.nodes] == ["gpu-0000", "gpu-0001", "odd"]
-    assert "fleet: item 3 of the Node list is null: skipped" in listing.problems
+    assert "item 3 of the Node list is null: skipped" in listing.problems
     assert listing.unsure is not None
     assert not listing.cut
 
