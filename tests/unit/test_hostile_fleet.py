@@ -7,14 +7,21 @@ without an address no move at all (neither open nor close), and with ``hold`` op
 nothing new and leaves an open gate as it is; ``gate_hold`` holds for a listing cut short,
 and for a skipped Node only where another node's OS tag can change a node's image (a
 ClusterPolicy), not with NVIDIADrivers; retention deletes nothing while the view is
-unsure.
+unsure. A ClusterPolicy whose version is not a driver version (a shell command, spaces,
+control characters), or whose repository carries control characters, is named as such in
+the node's note, escaped, whoever's repository it names: never ``foreign-repository``,
+never cleaned into a value that looks valid, never in a target's tag.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
+from releasebot.domain.coverage import Verdict, coverage_json, fleet_coverage
 from releasebot.domain.fleet import FleetNode, parse_nodes
 from releasebot.domain.gate import GateMove, decide_gates
 from releasebot.domain.models import TargetState
@@ -24,6 +31,7 @@ from releasebot.service.fleet import FleetSnapshot, gate_hold
 from tests.hostile.conftest import TERMINAL_MOVERS
 from tests.support.fleetnodes import gpu_node
 from tests.unit.test_coverage_and_gate import PENDING, cover
+from tests.unit.test_fleet_plan import cluster_policy, plan
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -155,3 +163,54 @@ def test_retention_deletes_nothing_while_the_view_is_unsure() -> None:
     assert held.held == (
         "the fleet view is unsure (1 item(s) of the Node list could not be read): deleting nothing"
     )
+
+
+# -- an operator object whose version is not a driver version ------------------------------
+
+OURS = "registry.example.com/nvidia"
+
+
+@pytest.mark.parametrize(
+    ("version", "shown"),
+    [
+        ("580.178.04; rm -rf /", "'580.178.04; rm -rf /'"),
+        ("580.178.04 beta", "'580.178.04 beta'"),
+        ("580.178.04\x1b[31m", "'580.178.04\\x1b[31m'"),
+        ("580\n178", "'580\\n178'"),
+    ],
+)
+def test_a_version_that_is_not_a_driver_version_is_named_not_called_foreign(
+    version: str, shown: str
+) -> None:
+    node = gpu_node("gpu-0", "4593.2.4")
+    for repository in (OURS, "nvcr.io/nvidia"):  # whoever's repository: the object is broken
+        result = plan(node, operator=cluster_policy(repository, version))
+        coverage = fleet_coverage(result, {})
+        [entry] = coverage.nodes
+        assert entry.verdict is Verdict.MISSING, entry
+        assert entry.note == (
+            f"ClusterPolicy/cluster-policy names driver version {shown}, which is not a "
+            "driver version"
+        )
+        assert not TERMINAL_MOVERS.search(json.dumps(coverage_json(coverage), ensure_ascii=False))
+        assert all(version not in target.tag for target in result.targets)
+
+
+def test_a_repository_with_control_characters_is_never_cleaned_into_ours() -> None:
+    node = gpu_node("gpu-0", "4593.2.4")
+    result = plan(node, operator=cluster_policy(OURS + "\x1b[0m", "580.178.04"))
+    [entry] = fleet_coverage(result, {}).nodes
+    assert entry.verdict is Verdict.MISSING
+    assert entry.note is not None
+    assert "names driver repository 'registry.example.com/nvidia\\x1b[0m'" in entry.note
+
+
+def test_a_valid_version_from_releasebots_repository_is_still_ours() -> None:
+    node = gpu_node("gpu-0", "4593.2.4")
+    result = plan(node, operator=cluster_policy(OURS, "580.178.04"))
+    [entry] = fleet_coverage(result, {}).nodes
+    assert entry.verdict is Verdict.MISSING  # not built yet, and ours
+    assert entry.reference == "registry.example.com/nvidia/driver:580.178.04-flatcar4593.2.4"
+    foreign = plan(node, operator=cluster_policy("nvcr.io/nvidia", "580.178.04"))
+    [other] = fleet_coverage(foreign, {}).nodes
+    assert other.verdict is Verdict.FOREIGN
