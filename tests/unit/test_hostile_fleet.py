@@ -10,7 +10,8 @@ ClusterPolicy), not with NVIDIADrivers; retention deletes nothing while the view
 unsure. A ClusterPolicy whose version is not a driver version (a shell command, spaces,
 control characters), or whose repository carries control characters, is named as such in
 the node's note, escaped, whoever's repository it names: never ``foreign-repository``,
-never cleaned into a value that looks valid, never in a target's tag.
+never cleaned into a value that looks valid, never in a target's tag. A URL no request
+can carry (httpx2's ``InvalidURL``, no ``HTTPError``) is one refusal, not a traceback.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx2
 import pytest
 
 from releasebot.domain.coverage import Verdict, coverage_json, fleet_coverage
+from releasebot.domain.errors import ClusterRejectedError
 from releasebot.domain.fleet import FleetNode, parse_nodes
 from releasebot.domain.gate import GateMove, decide_gates
 from releasebot.domain.models import TargetState
 from releasebot.domain.operator import OperatorView, parse_cluster_policy
 from releasebot.domain.retention import Listing, RetentionInputs, plan_retention
+from releasebot.edge.kube import kube_call
 from releasebot.service.fleet import FleetSnapshot, gate_hold
 from tests.hostile.conftest import TERMINAL_MOVERS
 from tests.support.fleetnodes import gpu_node
@@ -214,3 +218,13 @@ def test_a_valid_version_from_releasebots_repository_is_still_ours() -> None:
     foreign = plan(node, operator=cluster_policy("nvcr.io/nvidia", "580.178.04"))
     [other] = fleet_coverage(foreign, {}).nodes
     assert other.verdict is Verdict.FOREIGN
+
+
+def test_a_url_no_request_can_carry_is_one_refusal_not_a_traceback() -> None:
+    def send() -> None:
+        raise httpx2.InvalidURL("Invalid non-printable ASCII character in URL, '\\x1b'")
+
+    with pytest.raises(ClusterRejectedError) as caught:
+        kube_call("patch node 'gpu-\\x1b[0m1'", send, sleep=lambda _: None)
+    assert str(caught.value).startswith("kubernetes patch node 'gpu-\\x1b[0m1': not a valid")
+    assert not TERMINAL_MOVERS.search(str(caught.value))
