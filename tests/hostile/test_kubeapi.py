@@ -6,7 +6,9 @@ listing (``nodes``, the default, ``KubernetesFleetSource.nodes``), the GPU Opera
 listing (``pods_on``, ``KubernetesPodSource.pods_on``) or a container's log (``log_tail``).
 A node listing that answers (``answer`` with ``nodes``) shows the nodes it could read, one
 clean line per problem (an item skipped, names shown alike, a bound hit) and whether the
-fleet view is unsure or cut short; ``pages`` says how many requests it took at most.
+fleet view is unsure or cut short; ``pages`` says how many requests it took at most. The
+ClusterPolicy listing (``cluster_policies``) answers the objects it could read, each with
+the problem that keeps it from naming an image, if any.
 The client is made as releasebot makes it (``make_kube_client`` from a kubeconfig), so the
 bounded reader sees every answer. A case with an ``error`` passes when the call raises that
 error of the domain's tree (nothing from lightkube, httpx2, msgspec or json escapes), whose
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 
 from releasebot.domain import errors
+from releasebot.domain.operator import DriverSource
 from releasebot.domain.ports import NodeListing
 from releasebot.domain.proof import LOG_TAIL_CHARS, POD_CONTAINERS_MAX
 from releasebot.edge.kube import make_kube_client
@@ -41,15 +44,20 @@ from tests.hostile.conftest import (
 from tests.support.kubeapi import FakeKubeApi
 from tests.support.operatorpods import NAMESPACE, digest_of, driver_pod
 
-_WHERE = {"nodes": {"plural": "nodes"}, "pods_on": {"plural": "pods"}}
+_WHERE = {
+    "nodes": {"plural": "nodes"},
+    "pods_on": {"plural": "pods"},
+    "cluster_policies": {"plural": "clusterpolicies"},
+}
 _POD = driver_pod("gpu-0", image="r.test/driver:1", digest=digest_of("1"))
 
 
 def _call(case: Case, client: Any) -> object:
     call = case.get("call", "nodes")
     no_retries = RetryPolicy(retries=0)
-    if call == "nodes":
-        return KubernetesFleetSource(client, policy=no_retries, sleep=lambda _: None).nodes()
+    if call in ("nodes", "cluster_policies"):
+        source = KubernetesFleetSource(client, policy=no_retries, sleep=lambda _: None)
+        return source.nodes() if call == "nodes" else source.cluster_policies()
     pods = KubernetesPodSource(client, policy=no_retries, sleep=lambda _: None)
     if call == "pods_on":
         return pods.pods_on("gpu-0")
@@ -99,6 +107,18 @@ def _check_answer(case: Case, answer: object) -> None:
         return
     if isinstance(answer, NodeListing):
         _check_listing(case, answer)
+        return
+    if "policies" in wanted:  # the GPU Operator's ClusterPolicies
+        assert isinstance(answer, tuple)
+        assert [source.name for source in answer] == [p["name"] for p in wanted["policies"]]
+        for source, expected in zip(answer, wanted["policies"], strict=True):
+            assert isinstance(source, DriverSource)
+            if expected.get("problem") is None:
+                assert source.problem is None
+                continue
+            assert source.problem is not None
+            assert_clean_line(source.problem, expected["problem"])
+            assert_absent(source.problem, case.get("never_shown"))
         return
     assert isinstance(answer, tuple)
     assert [pod.name for pod in answer] == wanted["pods"]
