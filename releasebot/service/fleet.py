@@ -176,7 +176,8 @@ class FleetService:
         """Coverage from the targets as they stand, its alerts, and the reboot gate."""
         proof = None
         if self._prover is not None and snapshot.nodes is not None:
-            proof = self._prover.step(plan, snapshot.nodes, records)
+            complete = snapshot.unsure is None
+            proof = self._prover.step(plan, snapshot.nodes, records, complete=complete)
             records = {**records, **proof.changed}
         outcome = FleetOutcome(fleet_coverage(plan, records), proof=proof)
         if self._alerts is not None:
