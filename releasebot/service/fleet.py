@@ -181,7 +181,7 @@ class FleetService:
             records = {**records, **proof.changed}
         outcome = FleetOutcome(fleet_coverage(plan, records), proof=proof)
         if self._alerts is not None:
-            self._alerts.exposures(outcome.coverage.exposures)
+            self._alerts.exposures(outcome.coverage.exposures, complete=snapshot.unsure is None)
         if self._annotator is not None and snapshot.nodes is not None:
             proving = {}
             if proof is not None:
