@@ -17,7 +17,7 @@ are not Nodes (``null``) still builds for the nodes it shows, one line per item 
 and the fleet view is unsure (retention deletes nothing: ``tests/integration/
 test_cli_retention.py``); a node whose name reads like another's once its control
 characters are removed is shown escaped and never gets a gate written, to it or to the
-other.
+other; a Node listing cut short by a bound opens no gate, however ready the node it shows.
 """
 
 from __future__ import annotations
@@ -78,10 +78,17 @@ def slack(rig: Rig) -> Iterator[SlackApi]:
 
 
 def with_fleet(
-    rig: Rig, opened: list[Any], *, gate: bool = False, slack: bool = True
+    rig: Rig,
+    opened: list[Any],
+    *,
+    gate: bool = False,
+    slack: bool = True,
+    max_nodes: int = 50_000,
 ) -> FleetService:
     """The rig's planner, with the fleet read from the fake API server."""
-    source = KubernetesFleetSource(rig.api.client(), page_size=2, sleep=lambda _: None)
+    source = KubernetesFleetSource(
+        rig.api.client(), page_size=2, max_nodes=max_nodes, sleep=lambda _: None
+    )
     annotator = KubernetesNodeAnnotator(rig.api.client(), sleep=lambda _: None) if gate else None
     opened += [source, *([annotator] if annotator else [])]
     fleet = FleetService(
@@ -242,6 +249,29 @@ def test_a_gate_is_never_written_to_a_node_another_name_reads_like(
     [line] = [w for w in report.plan.warnings if "not a valid Node name" in w]
     assert "(it reads as gpu-1, another listed Node)" in line
     assert "\x1b" not in line
+
+
+def test_a_listing_cut_short_opens_no_gate_however_ready(rig: Rig, opened: list[Any]) -> None:
+    node = gpu_node("gpu-0", "4081.3.9", group="lts", pending="4081.3.10", before_reboot=True)
+    rig.api.fleet.add_nodes(node)
+    with_fleet(rig, opened, gate=True, slack=False)
+    cycle(rig)
+    rig.kaniko.build_all()
+    cycle(rig)
+    assert rig.target(PENDING).state is TargetState.PUBLISHED
+    assert DEFAULT_GATE_ANNOTATION in annotations(rig, "gpu-0")  # whole: it opens
+    rig.api.fleet.remove_node("gpu-0")  # start again, the listing cut short this time
+    rig.api.fleet.add_nodes(node, gpu_node("gpu-1", "4081.3.9", group="lts"))
+    with_fleet(rig, opened, gate=True, slack=False, max_nodes=1)
+    report = cycle(rig)
+    assert report.fleet is not None
+    [decision] = report.fleet.gates
+    assert (decision.node, decision.move) == ("gpu-0", None)
+    assert decision.why.startswith("the Node listing was cut short")
+    assert report.fleet.applied == []
+    assert DEFAULT_GATE_ANNOTATION not in annotations(rig, "gpu-0")
+    assert report.plan is not None
+    assert any("cut short: more than 1 nodes" in w for w in report.plan.warnings)
 
 
 def test_with_the_gate_a_failed_build_never_opens_it_and_is_told(
