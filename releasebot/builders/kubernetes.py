@@ -13,7 +13,9 @@ Every call is retried a bounded number of times inside the adapter (connection e
 timeouts, 429, 5xx) by the shared policy (``edge.retry``) with a ``sleep`` the tests turn
 off; then ``ClusterUnavailableError``. 403, 422, 400 and other refusals are
 ``ClusterRejectedError`` at once. No lightkube, httpx2 or msgspec exception leaves this
-module (``edge.kube`` translates them).
+module (``edge.kube`` translates them). The Job's Pods are listed through ``edge.kubelist``
+(bounded pages of raw JSON, each item converted to a Pod on its own): an item that is not
+a Pod is skipped with one log line, never the whole listing.
 
 Deliberately not here: watching (the service polls ``status`` once per cycle, which
 survives restarts and needs no long-lived connection), checking the pushed digest against
@@ -23,10 +25,12 @@ the registry, and retries across cycles (the service decides by the error's clas
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import msgspec
 from lightkube import Client
@@ -53,6 +57,7 @@ from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobS
 from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
 from releasebot.domain.untrusted import quoted
 from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, Answered, kube_call
+from releasebot.edge.kubelist import ListBounds, list_objects
 from releasebot.edge.retry import RetryPolicy
 from releasebot.edge.text import one_line
 
@@ -70,6 +75,10 @@ JOB_NAME_LABEL = "job-name"
 """The label the Job controller puts on its Pods (``batch.kubernetes.io/job-name`` too
 since 1.27; the short one works on every supported version)."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_POD_BOUNDS = ListBounds(max_items=100, page_size=100)
+"""A build Job runs one Pod per try (``backoffLimit`` is small): a hundred is a runaway."""
+
+log = logging.getLogger("releasebot.builders")
 
 
 class KubernetesJobLauncher:
@@ -173,13 +182,37 @@ class KubernetesJobLauncher:
             return None
 
     def _pods(self, job_name: str, job_uid: str | None) -> list[Pod]:
-        """The Job's Pods, oldest first; Pods of an earlier Job of the same name are skipped."""
-        pods = self._call(
-            f"list pods of job {job_name}",
-            lambda: list(
-                self._client.list(Pod, namespace=self._namespace, labels={JOB_NAME_LABEL: job_name})
-            ),
+        """The Job's Pods, oldest first; Pods of an earlier Job of the same name are skipped.
+
+        Read through ``edge.kubelist`` (bounded pages, raw JSON), each item converted on
+        its own: an item that is not a Pod is skipped with a line, not the whole listing
+        (the Job's own conditions still say how it ended)."""
+        listing = list_objects(
+            self._client,
+            f"api/v1/namespaces/{quote(self._namespace, safe='')}/pods",
+            kind="Pod",
+            plural="pods",
+            what=f"list pods of job {job_name}",
+            bounds=_POD_BOUNDS,
+            params={"labelSelector": f"{JOB_NAME_LABEL}={job_name}"},
+            policy=self._policy,
+            sleep=lambda pause: self._sleep(pause.total_seconds()),
         )
+        if listing.cut is not None:
+            raise ClusterRejectedError(
+                f"kubernetes list pods of job {job_name}: {listing.cut}, a runaway answer"
+            )
+        pods: list[Pod] = []
+        skipped = list(listing.skipped)
+        for number, raw in listing.items:
+            try:
+                pods.append(msgspec.convert(raw, type=Pod))
+            except msgspec.MsgspecError as error:
+                skipped.append(
+                    f"item {number} of the Pod list is not a Pod ({_one_line(str(error))}): skipped"
+                )
+        for line in skipped:
+            log.warning("kubernetes list pods of job %s: %s", job_name, line)
         owned = [pod for pod in pods if _owned_by(pod, job_uid)]
         return sorted(
             owned,

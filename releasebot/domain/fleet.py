@@ -31,8 +31,8 @@ Deliberately not here: which image a node pulls (``operator.py``), talking to th
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from releasebot.domain.untrusted import clean, escaped, quoted
@@ -79,19 +79,19 @@ LIST_PAGE_SIZE = 500
 """Nodes per list call: kubectl's default chunk; 5,000 nodes take 10 calls."""
 NAME_MAX_CHARS = 253
 """A Node name is a DNS subdomain: at most 253 characters."""
-_NODE_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
-
-
-def is_node_name(name: str) -> bool:
-    """Whether ``name`` is what Kubernetes allows as a Node name (an RFC 1123 subdomain):
-    the only form that may go into an API path. A listed name is shown after ``clean``,
-    which keeps ``/``, ``?`` and ``..``; those must never reach a URL."""
-    return len(name) <= NAME_MAX_CHARS and _NODE_NAME.fullmatch(name) is not None
-
 
 LABELS_MAX = 512
 """Labels kept per node for selector matching; real nodes carry one or two hundred."""
 UNNAMED = "(unnamed)"
+UID_SHOWN_CHARS = 36
+"""A Node's uid as shown beside a name listed twice (a UUID is 36 characters)."""
+
+_ESCAPED_MAX_CHARS = 200
+_NODE_NAME = re.compile(
+    r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)*"
+)
+"""A Node name as the API server accepts it: a DNS-1123 subdomain (at most 253 characters,
+checked apart)."""
 
 _LABEL_KEY = re.compile(
     r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
@@ -156,6 +156,12 @@ class FleetNode:
     """The GPU Operator's ``gpu-driver-upgrade-state`` label, if any."""
     boot_id: str | None = field(default=None, compare=False)
     """``status.nodeInfo.bootID``: changes at every boot, so a second reboot is seen."""
+    address: str | None = field(default=None, compare=False)
+    """The exact name to write to (the reboot gate, the proof) and to select Pods by: the
+    listed name when it is a valid Node name that no other listed Node shares; ``None``
+    otherwise, and then releasebot never writes to the node (``name`` is only shown)."""
+    uid: str | None = field(default=None, compare=False)
+    """``metadata.uid`` as listed (cleaned): what tells apart two Nodes shown alike."""
 
     @property
     def is_gpu(self) -> bool:
@@ -187,6 +193,8 @@ class IgnoredNode:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False)
     """The node's well-formed labels: ``operator-values`` keeps a non-Flatcar GPU node's
     driver with a pool selecting its NFD labels, and matches the operator's selectors."""
+    uid: str | None = field(default=None, compare=False)
+    """``metadata.uid`` as listed (cleaned)."""
 
     @property
     def is_gpu(self) -> bool:
@@ -209,7 +217,8 @@ def parse_node(
     raw_annotations = _mapping(meta.get("annotations"))
     status = _mapping(node.get("status"))
     info = _mapping(status.get("nodeInfo"))
-    name = clean(meta.get("name"), limit=NAME_MAX_CHARS) or UNNAMED
+    name, address = _name(meta.get("name"))
+    uid = clean(meta.get("uid"), limit=UID_SHOWN_CHARS)
 
     gpu = _gpu_evidence(raw_labels)
     arch_text = clean(raw_labels.get(ARCH_LABEL), limit=32) or clean(
@@ -223,7 +232,7 @@ def parse_node(
 
     def ignored(reason: str) -> IgnoredNode:
         labels = MappingProxyType(_valid_labels(raw_labels))
-        return IgnoredNode(name, reason, gpu, os_tag, arch_text, kernel, labels)
+        return IgnoredNode(name, reason, gpu, os_tag, arch_text, kernel, labels, uid)
 
     image_is_flatcar = os_image is not None and _FLATCAR_IMAGE.match(os_image) is not None
     if os_id is not None and os_id.lower() != "flatcar":
@@ -286,7 +295,76 @@ def parse_node(
         gpus=_count(_mapping(status.get("allocatable")).get(GPU_RESOURCE)),
         upgrade_state=clean(raw_labels.get(DRIVER_UPGRADE_STATE), limit=63),
         boot_id=clean(info.get("bootID"), limit=64),
+        address=address,
+        uid=uid,
     )
+
+
+def parse_nodes(
+    items: Sequence[tuple[int, object]],
+    *,
+    kind: str = "Node",
+    gate_annotation: str = DEFAULT_GATE_ANNOTATION,
+    proof_annotation: str = DEFAULT_PROOF_ANNOTATION,
+) -> tuple[tuple[ParsedNode, ...], tuple[str, ...]]:
+    """Every listed Node (its number in the listing, its JSON) parsed by ``parse_node``,
+    with names that tell them apart, and one warning line per name shown for several.
+
+    Two Nodes may be shown alike: names that differ only in what ``clean`` removes
+    (``gpu-1`` and ``gpu-\\x1b[0m1``; the second is shown escaped, so only a name escaped
+    alike collides), a name listed twice, several Nodes without a name. Each of them is
+    shown with its uid (or, without distinct uids, its item number) after the name, and
+    loses its ``address``: a decision about one is never written to another."""
+    parsed = [
+        (
+            number,
+            parse_node(raw, gate_annotation=gate_annotation, proof_annotation=proof_annotation),
+        )
+        for number, raw in items
+    ]
+    by_name: dict[str, list[int]] = {}
+    for index, (_, node) in enumerate(parsed):
+        by_name.setdefault(node.name, []).append(index)
+    warnings: list[str] = []
+    for (number, raw), (_, node) in zip(items, parsed, strict=True):
+        raw_name = _mapping(_mapping(raw).get("metadata")).get("name")
+        if node.name == UNNAMED:
+            warnings.append(f"item {number} of the {kind} list has no name: shown as {UNNAMED}")
+        elif _name(raw_name)[1] is None:
+            reads = clean(raw_name, limit=NAME_MAX_CHARS)
+            alike = f" (it reads as {reads}, another listed {kind})" if reads in by_name else ""
+            warnings.append(
+                f"item {number} of the {kind} list is named {node.name}, which is not a valid "
+                f"{kind} name{alike}: shown escaped, and releasebot writes nothing to it"
+            )
+    nodes = [node for _, node in parsed]
+    taken = set(by_name)
+    for name, indexes in by_name.items():
+        if len(indexes) < 2:
+            continue
+        uids = [parsed[index][1].uid for index in indexes]
+        distinct = None not in uids and len(set(uids)) == len(uids)
+        shown = []
+        for index in indexes:
+            number, node = parsed[index]
+            suffix = f"uid {node.uid}" if distinct else f"item {number}"
+            apart = f"{name} ({suffix})"
+            while apart in taken:  # a hostile name may already read like this
+                apart += "'"
+            taken.add(apart)
+            shown.append(apart)
+            nodes[index] = (
+                replace(node, name=apart, address=None)
+                if isinstance(node, FleetNode)
+                else replace(node, name=apart)
+            )
+        items_text = _some([str(parsed[index][0]) for index in indexes])
+        warnings.append(
+            f"{len(indexes)} {kind}s of the listing (items {items_text}) are shown as "
+            f"{name}: shown apart as {_some(shown)}; releasebot writes to none of them "
+            "(no reboot gate, no proof): rename or remove the odd ones"
+        )
+    return tuple(nodes), tuple(warnings)
 
 
 def channel_for_version(
@@ -313,6 +391,36 @@ def channel_for_version(
 
 def _mapping(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
+
+
+def is_node_name(value: object) -> bool:
+    """``value`` is a name the API server accepts for a Node (a DNS-1123 subdomain)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= NAME_MAX_CHARS
+        and bool(_NODE_NAME.fullmatch(value))
+    )
+
+
+def _some(texts: Sequence[str], shown: int = 3) -> str:
+    """The first few of ``texts``, and how many more."""
+    more = f" and {len(texts) - shown} more" if len(texts) > shown else ""
+    return ", ".join(texts[:shown]) + more
+
+
+def _name(value: object) -> tuple[str, str | None]:
+    """How a listed name is shown, and the name to address the Node by (``None``: it is
+    not a valid Node name, so releasebot never writes to it). A valid name is shown as it
+    is; any other is shown escaped (``'gpu-\\x1b[0m1'``), never as the valid name it
+    would clean to."""
+    if isinstance(value, str) and is_node_name(value):
+        return value, value
+    if not isinstance(value, str) or clean(value) is None:
+        return UNNAMED, None
+    shown = escaped(value, limit=NAME_MAX_CHARS)
+    if len(shown) > _ESCAPED_MAX_CHARS:  # room left for a uid after it, within 253
+        shown = shown[: _ESCAPED_MAX_CHARS - 1] + "…"
+    return shown, None
 
 
 def _true(value: object) -> bool:

@@ -224,6 +224,10 @@ def _version_needs(
     pools: bool = False,
 ) -> _VersionNeeds:
     reference = None if image is None else image.reference
+    if image is not None and image.source_problem is not None:
+        # The object names no image at all: not a foreign repository, a broken object.
+        doubt = Need(node.name, node.arch, version, pending, None, problem=image.source_problem)
+        return _VersionNeeds((doubt,), image.source, None, image.source_problem, reference)
     if image is None or image.source is None or not image.ours:
         foreign = None
         note = None if image is None else image.problem

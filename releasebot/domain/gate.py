@@ -60,12 +60,19 @@ def decide_gates(
     operator_known: bool,
     requires_proof: bool = False,
     proving: Mapping[str, str] | None = None,
+    hold: str | None = None,
 ) -> tuple[GateDecision, ...]:
     """A decision for every Flatcar node FLUO waits on or whose gate is set, by name.
 
     With ``requires_proof`` an image no node proved yet lets one node through, the canary:
     ``proving`` names, per tag, the node that is proving it now (after its reboot); a node
-    whose gate is open for an unproven image is the canary too. Every other node waits."""
+    whose gate is open for an unproven image is the canary too. Every other node waits.
+
+    ``hold`` says why the fleet view is too unsure to open any gate (the Node listing was
+    cut short...): no gate opens, and a gate releasebot opened is left as it is unless it
+    no longer holds. A node releasebot cannot address safely (``FleetNode.address``: a
+    name that is not a valid Node name, or one several listed Nodes share) gets no move at
+    all: a decision is only ever written to the node it was made for."""
     covered = {node.name: node for node in coverage.nodes}
     canaries = dict(proving or {})
     if requires_proof:
@@ -82,11 +89,20 @@ def decide_gates(
         is_set = node.gate == "true"
         if not node.fluo.before_reboot and not is_set and node.gate_version is None:
             continue
+        version = NO_VERSION if node.pending_version is None else node.pending_version.text
+        if node.address != node.name:
+            why = (
+                "its listed name is not a valid Node name, or other listed Nodes share it: "
+                "releasebot writes nothing to it"
+            )
+            decisions.append(GateDecision(node.name, None, why, version))
+            continue
         ready, why = _ready(node, covered.get(node.name), operator_known)
         if ready and requires_proof:
             ready, why = _canary(node, covered.get(node.name), canaries, why)
-        version = NO_VERSION if node.pending_version is None else node.pending_version.text
-        if ready and not (is_set and node.gate_version == version):
+        if ready and hold is not None:
+            decisions.append(GateDecision(node.name, None, hold, version))
+        elif ready and not (is_set and node.gate_version == version):
             decisions.append(
                 GateDecision(node.name, GateMove.OPEN, why, version, node.resource_version)
             )

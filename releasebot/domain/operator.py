@@ -43,6 +43,7 @@ configuration (``operator_values.py``), vGPU driver types.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -55,9 +56,13 @@ from releasebot.domain.fleet import (
     FluoState,
     ParsedNode,
 )
-from releasebot.domain.untrusted import clean, quoted
+from releasebot.domain.untrusted import clean, escaped, quoted
 from releasebot.domain.versions import FlatcarVersion, is_oci_tag
 
+_VERSION = re.compile(r"sha256:[0-9a-f]{64}|[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+"""A driver ``version`` the operator can put in a tag (a release or a branch) or a digest."""
+_REFERENCE_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,511}")
+"""A repository (``host[:port]/path``) or an image name, as a reference may hold them."""
 MIN_MULTI_POOL_OPERATOR = "26.3.0"
 """The first GPU Operator whose NVIDIADriver picks the right image on multi-pool clusters."""
 REFERENCE_MAX_CHARS = 512
@@ -87,6 +92,10 @@ class DriverSource:
     """ClusterPolicy ``spec.driver.useNvidiaDriverCRD``: NVIDIADriver objects decide."""
     default: bool = False
     """NVIDIADriver ``spec.default`` (v26.7): the fallback for nodes no other selects."""
+    problem: str | None = None
+    """Why no image can be named from this object at all: its version is not a driver
+    version, or its repository or image is not one (as written, escaped: never cleaned
+    into a value that looks valid). Every node it decides for gets this problem."""
 
     @property
     def label(self) -> str:
@@ -101,14 +110,21 @@ class DriverSource:
         return f"{self.repository}/{self.image}{separator}{self.version}"
 
     def is_ours(self, repository: str) -> bool:
-        """True when this source pulls from releasebot's repository (``host/path``)."""
-        base = self.path.split("@", 1)[0]
-        if ":" in base.rsplit("/", 1)[-1]:
-            base = base.rsplit(":", 1)[0]
+        """True when this source pulls from releasebot's repository (``host/path``): read
+        from the repository and image as written, never from the version (which may hold
+        a ``/`` or a ``:``)."""
+        if self.repository or self.version:
+            base = f"{self.repository}/{self.image}"
+        else:  # the image alone is the whole reference
+            base = self.image.split("@", 1)[0]
+            if ":" in base.rsplit("/", 1)[-1]:
+                base = base.rsplit(":", 1)[0]
         return _normal(base) == _normal(repository)
 
     def reference(self, os_tag: str, kernel: str | None) -> tuple[str | None, str | None]:
         """The reference a node with ``os_tag`` (and ``kernel``) pulls, or a problem."""
+        if self.problem is not None:
+            return None, self.problem
         if not self.image:
             return None, f"{self.label} names no driver image"
         if not self.precompiled:
@@ -186,6 +202,9 @@ class NodeImage:
     version: str = ""
     """The deciding object's driver ``version`` as written (a release, a branch, a digest)."""
     precompiled: bool = False
+    source_problem: str | None = None
+    """The deciding object itself names no usable image (``DriverSource.problem``): the
+    node needs an image nobody can name, whatever repository the object writes."""
     after_reboot: NodeImage | None = None
     """What the node pulls after FLUO reboots it into its pending version: the operator
     pools it by its labels as they will be then (the new ``VERSION_ID``, the new kernel),
@@ -203,15 +222,17 @@ def parse_cluster_policy(raw: object) -> DriverSource:
     """The driver part of a ClusterPolicy (``spec.driver``) as a ``DriverSource``."""
     meta, spec = _object(raw)
     driver = _mapping(spec.get("driver"))
+    name = _name(meta)
     return DriverSource(
         kind=SourceKind.CLUSTER_POLICY,
-        name=_name(meta),
+        name=name,
         repository=_text(driver.get("repository")),
         image=_text(driver.get("image")),
         version=_text(driver.get("version")),
         precompiled=driver.get("usePrecompiled") is True,
         enabled=driver.get("enabled") is not False,
         defers_to_crd=driver.get("useNvidiaDriverCRD") is True,
+        problem=_image_problem(f"{SourceKind.CLUSTER_POLICY}/{name}", driver),
     )
 
 
@@ -224,9 +245,10 @@ def parse_nvidia_driver(raw: object) -> DriverSource:
         for key, value in ((clean(k, limit=317), clean(v, limit=63)) for k, v in selector.items())
         if key is not None
     )
+    name = _name(meta)
     return DriverSource(
         kind=SourceKind.NVIDIA_DRIVER,
-        name=_name(meta),
+        name=name,
         repository=_text(spec.get("repository")),
         image=_text(spec.get("image")),
         version=_text(spec.get("version")),
@@ -234,6 +256,7 @@ def parse_nvidia_driver(raw: object) -> DriverSource:
         node_selector=tuple((key, value or "") for key, value in pairs),
         driver_type=_text(spec.get("driverType")) or "gpu",
         default=spec.get("default") is True,
+        problem=_image_problem(f"{SourceKind.NVIDIA_DRIVER}/{name}", spec),
     )
 
 
@@ -289,6 +312,19 @@ def rebooted(node: FleetNode, kernel: str | None) -> FleetNode:
         fluo=FluoState(group=node.fluo.group),
         labels=MappingProxyType(labels),
     )
+
+
+def driver_mode(view: OperatorView) -> DriverMode:
+    """How the operator deploys drivers: by the first ClusterPolicy (by name) alone, by its
+    NVIDIADriver objects, not at all (disabled), or no ClusterPolicy (none)."""
+    policies = sorted(view.cluster_policies or (), key=lambda source: source.name)
+    if not policies:
+        return DriverMode.NONE
+    if policies[0].defers_to_crd:
+        return DriverMode.NVIDIA_DRIVER
+    if not policies[0].enabled:
+        return DriverMode.DISABLED
+    return DriverMode.CLUSTER_POLICY
 
 
 def _resolve(
@@ -364,6 +400,7 @@ def _by_cluster_policy(
         problem,
         policy.version,
         policy.precompiled,
+        policy.problem,
     )
 
 
@@ -399,6 +436,7 @@ def _by_nvidia_driver(
         problem=problem,
         version=driver.version,
         precompiled=driver.precompiled,
+        source_problem=driver.problem,
     )
 
 
@@ -426,3 +464,19 @@ def _name(meta: Mapping[str, object]) -> str:
 
 def _text(value: object) -> str:
     return clean(value, limit=REFERENCE_MAX_CHARS) or ""
+
+
+def _image_problem(label: str, fields: Mapping[str, object]) -> str | None:
+    """Why the ``version``, ``repository`` or ``image`` an operator object writes cannot be
+    part of an image reference (checked as written: a value with control characters is not
+    cleaned into one that looks valid); ``None`` when each is one, or absent."""
+    checks = (
+        ("version", _VERSION, "a driver version"),
+        ("repository", _REFERENCE_PART, "an image repository"),
+        ("image", _REFERENCE_PART, "an image name"),
+    )
+    for key, pattern, what in checks:
+        value = fields.get(key)
+        if isinstance(value, str) and value and not pattern.fullmatch(value):
+            return f"{label} names driver {key} {escaped(value)}, which is not {what}"
+    return None

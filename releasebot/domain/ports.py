@@ -432,6 +432,14 @@ class NodeListing:
     nodes: tuple[ParsedNode, ...]
     restarts: int = 0
     """How often the listing started over (an expired continue token mid-listing)."""
+    problems: tuple[str, ...] = ()
+    """One line each: an item skipped (not an object), names shown alike, a bound hit."""
+    unsure: str | None = None
+    """Why ``nodes`` may not be every selected Node (an item skipped, the listing cut
+    short); ``None``: the whole listing was read. Retention deletes nothing while set."""
+    cut: bool = False
+    """The listing stopped at a bound (pages, objects, time): the reboot gate then opens
+    nothing new, since the rest of the listing is unknown."""
 
 
 class FleetSource(Protocol):

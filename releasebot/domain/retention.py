@@ -15,7 +15,8 @@ reason, and the tags kept, each with its reason. A tag may go only when ALL hold
    ``after`` ago (a version no feed ever listed is kept: releasebot cannot date it);
 4. no current (required) target is that tag.
 
-The fleet view must be sure: when the Nodes could not be listed, or a GPU node's Flatcar
+The fleet view must be sure: when the Nodes could not be listed, or not all of them (an
+item of the listing skipped, the listing cut short by a bound), or a GPU node's Flatcar
 version (or pending version) cannot be read, NOTHING is deleted and ``held`` says why.
 
 ``guard_shared_digests`` is the second, equally pure step once the service has resolved
@@ -138,6 +139,8 @@ class RetentionInputs:
     history: Sequence[FleetRecord] = ()
     """The latest record of every node the store has seen."""
     fleet_problem: str | None = None
+    fleet_unsure: str | None = None
+    """Why ``nodes`` may not be every node (``NodeListing.unsure``): nothing is deleted."""
 
 
 def plan_retention(
@@ -156,7 +159,7 @@ def plan_retention(
             foreign += 1
         else:
             own.append(parsed)
-    held = _unsure(inputs.nodes, inputs.fleet_problem)
+    held = _unsure(inputs.nodes, inputs.fleet_problem, inputs.fleet_unsure)
     if held is not None:
         kept = tuple(Kept(tag.tag, "the fleet view is unsure: deleting nothing") for tag in own)
         return RetentionPlan((), kept, held, foreign)
@@ -261,9 +264,13 @@ def _hold(plan: RetentionPlan, candidates: Sequence[Deletion], why: str) -> Rete
     return replace(plan, delete=(), keep=tuple(sorted(kept, key=lambda k: k.tag)), held=why)
 
 
-def _unsure(nodes: Sequence[ParsedNode] | None, problem: str | None) -> str | None:
+def _unsure(
+    nodes: Sequence[ParsedNode] | None, problem: str | None, unsure: str | None
+) -> str | None:
     if nodes is None:
         return f"the fleet could not be listed ({problem or 'no fleet view'}): deleting nothing"
+    if unsure is not None:
+        return f"the fleet view is unsure ({unsure}): deleting nothing"
     for node in nodes:
         if isinstance(node, IgnoredNode) and node.is_gpu and _maybe_flatcar(node):
             return (

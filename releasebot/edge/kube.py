@@ -82,6 +82,7 @@ LIBRARY_ERRORS = (
     json.JSONDecodeError,
     UnreadableAnswerError,
     KeyError,  # lightkube reading an error answer without the exact JSON Content-Type
+    httpx2.InvalidURL,  # a name that cannot be in a URL (control characters): not an HTTPError
 )
 """What lightkube lets escape from a call."""
 _TEMPORARY_CODES = frozenset({408, 429})
@@ -324,6 +325,8 @@ def classify(what: str, error: Exception) -> KubeFailure | None:
             return None
         # A success answer whose body is not the object asked for.
         return KubeFailure(None, _one_line(f"{prefix}: unreadable answer: {error}"), True)
+    if isinstance(error, httpx2.InvalidURL):  # nothing was sent: asking again cannot help
+        return KubeFailure(None, _one_line(f"{prefix}: not a valid request URL: {error}"), False)
     if isinstance(error, httpx2.TimeoutException):
         return KubeFailure(None, _one_line(f"{prefix}: timed out ({type(error).__name__})"), True)
     if isinstance(error, httpx2.TransportError):

@@ -10,7 +10,9 @@ safe. A Node that is gone (404) needs nothing. The after-reboot proof sends
 ``{"metadata": {"annotations": {<proof annotation>: "true"}}}``, unconditionally: FLUO
 deleted the annotation when the node came back and only waits for it, and the proof is of
 the node as it runs now, whatever else changed on the object. Calls and their errors go
-through ``edge/kube.py``: a 403 names the ``patch`` permission on ``nodes`` to grant.
+through ``edge/kube.py``: a 403 names the ``patch`` permission on ``nodes`` to grant. A
+name that is not a valid Node name is never sent (``ClusterRejectedError``): it would
+address another object, or none, and a decision is only for the node it was made for.
 
 Deliberately not here: deciding (``domain.gate``), reading Nodes (``kubernetes.py``).
 """
@@ -29,7 +31,7 @@ from releasebot.domain.fleet import (
     GATE_VERSION_ANNOTATION,
     is_node_name,
 )
-from releasebot.domain.untrusted import quoted
+from releasebot.domain.untrusted import escaped
 from releasebot.edge.kube import Answered, Permission, kube_call
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 from releasebot.fleet.kubernetes import DEFAULT_POLICY, NODES
@@ -65,7 +67,7 @@ class KubernetesNodeAnnotator:
         if resource_version is not None:
             metadata["resourceVersion"] = resource_version
         try:
-            self._patch(f"open the reboot gate of node {node}", node, {"metadata": metadata})
+            self._patch("open the reboot gate of", node, {"metadata": metadata})
         except Answered:  # changed since it was listed, or gone: decided again next cycle
             return False
         return True
@@ -73,14 +75,14 @@ class KubernetesNodeAnnotator:
     def close_gate(self, node: str) -> None:
         removal = {"annotations": {self._annotation: None, GATE_VERSION_ANNOTATION: None}}
         try:
-            self._patch(f"close the reboot gate of node {node}", node, {"metadata": removal})
+            self._patch("close the reboot gate of", node, {"metadata": removal})
         except Answered:
             return  # gone: nothing to close
 
     def set_proof(self, node: str) -> bool:
         proven = {"annotations": {self._proof_annotation: "true"}}
         try:
-            self._patch(f"set the driver proof of node {node}", node, {"metadata": proven})
+            self._patch("set the driver proof of", node, {"metadata": proven})
         except Answered:  # gone (a 409 cannot happen: no resourceVersion is sent)
             return False
         return True
@@ -88,15 +90,14 @@ class KubernetesNodeAnnotator:
     def close(self) -> None:
         self._client.close()
 
-    def _patch(self, what: str, node: str, patch: dict[str, Any]) -> None:
-        if not is_node_name(node):
-            # lightkube puts the name into the path as it is: "../x" or "n?dryRun=All"
-            # would patch something else with releasebot's rights.
+    def _patch(self, action: str, node: str, patch: dict[str, Any]) -> None:
+        if not is_node_name(node):  # never a request for a name no Node can have
             raise ClusterRejectedError(
-                f"reboot gate of node {quoted(node)}: not a Kubernetes node name, not patched"
+                f"kubernetes {action} node {escaped(node)}: not a valid Node name; nothing "
+                "is written to it"
             )
         kube_call(
-            what,
+            f"{action} node {node}",
             lambda: self._client.patch(NODES.resource, node, patch, patch_type=PatchType.MERGE),
             policy=self._policy,
             sleep=self._sleep,

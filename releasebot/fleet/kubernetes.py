@@ -1,19 +1,24 @@
-"""``KubernetesFleetSource``: the fleet and the GPU Operator's objects, read through lightkube.
+"""``KubernetesFleetSource``: the fleet and the GPU Operator's objects, read from the API server.
 
-Nodes are listed in pages (``limit``/``continue``, ``page_size`` per call) with the
-configured label selector, and every Node is handed to ``fleet.parse_node`` as the raw JSON
-the API server sent (lightkube's generic resources are plain dicts), so one odd node is an
-``IgnoredNode`` with a reason, not a failed listing. A 410 ``Expired`` continue token (etcd
-compacted the revision mid-listing) restarts the listing once from the top. ClusterPolicies
-and NVIDIADrivers are listed the same way; a 404 on their list means the CRD is not
-installed and is answered as ``CrdAbsent``.
+Nodes are listed with the configured label selector through ``edge.kubelist`` (pages of
+``page_size``, raw JSON, at most ``max_nodes`` objects, ``ceil(max_nodes / page_size) + 2``
+pages and ``budget`` of wall-clock time; a 410 ``Expired`` continue token restarts the
+listing once). Every Node is handed to ``fleet.parse_nodes`` as the JSON the API server
+sent, so one odd node is an ``IgnoredNode`` with a reason, two Nodes shown alike are told
+apart, and an item that is not an object at all (``null``) is skipped and named in one
+line: never a failed listing. What releasebot does not see makes the listing *unsure*
+(``NodeListing.unsure``: retention deletes nothing) and a bound that cuts it short makes
+it ``cut`` too (the reboot gate opens nothing new); each is one line in
+``NodeListing.problems`` saying what to do. ClusterPolicies and NVIDIADrivers are listed
+the same way; a 404 on their list means the CRD is not installed and is answered as
+``CrdAbsent``; a skipped item or a bound hit there is an error (the object that decides a
+node's driver may be the one not seen), as if they could not be listed.
 
 Calls go through ``edge/kube.py`` (one client, one error translation for every adapter):
 403 is ``ClusterForbiddenError`` naming the verb and resource to grant; 401, other 4xx and
 answers that are not what was asked are ``ClusterRejectedError``; connection failures,
 timeouts, 429 and 5xx are retried by the ``RetryPolicy`` (``sleep`` injectable) and then
-``ClusterUnavailableError``. No lightkube, httpx2 or msgspec exception escapes, nor the
-``TypeError`` lightkube's generic decoder raises on a ``null`` item (an unreadable answer).
+``ClusterUnavailableError``. No lightkube, httpx2 or msgspec exception escapes.
 
 Deliberately not here: watching (a cycle lists; a watch would need a long-lived
 connection and resync logic for what one list per cycle gives), patching the reboot-gate
@@ -22,12 +27,13 @@ annotation (a write; it belongs with the gate), and any decision about what the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from lightkube import Client, operators
-from lightkube.core.client import LabelValue
+from lightkube import Client
 from lightkube.generic_resource import create_global_resource
 
 from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
@@ -35,7 +41,7 @@ from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     LIST_PAGE_SIZE,
-    parse_node,
+    parse_nodes,
 )
 from releasebot.domain.operator import (
     CrdAbsent,
@@ -44,14 +50,9 @@ from releasebot.domain.operator import (
     parse_nvidia_driver,
 )
 from releasebot.domain.ports import NodeListing
-from releasebot.domain.selectors import LabelSelector, Operator
-from releasebot.edge.kube import (
-    LIBRARY_ERRORS,
-    Answered,
-    Permission,
-    UnreadableAnswerError,
-    kube_call,
-)
+from releasebot.domain.selectors import LabelSelector
+from releasebot.edge.kube import Answered, Permission
+from releasebot.edge.kubelist import DEFAULT_LIST_BUDGET, ListBounds, RawListing, list_objects
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 
 DEFAULT_PAGE_SIZE = LIST_PAGE_SIZE
@@ -61,7 +62,7 @@ run 15,000+): more than this means a runaway listing, not a fleet."""
 DEFAULT_POLICY = RetryPolicy()
 """Two retries, 1 s then 2 s: a blip is ridden out, an outage is the next cycle's."""
 
-# The raw shapes: lightkube hands these out as dicts, which is what parse_node reads.
+# The node annotator patches through lightkube's generic resource; lists are read raw.
 _Node = create_global_resource("", "v1", "Node", "nodes")
 _ClusterPolicy = create_global_resource("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies")
 _NvidiaDriver = create_global_resource("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers")
@@ -70,8 +71,10 @@ _NvidiaDriver = create_global_resource("nvidia.com", "v1alpha1", "NVIDIADriver",
 @dataclass(frozen=True)
 class _Kind:
     resource: Any
+    kind: str
     plural: str
     group: str
+    version: str
 
     @property
     def qualified(self) -> str:
@@ -81,16 +84,20 @@ class _Kind:
     def listing(self) -> Permission:
         return Permission("list", self.plural, self.group)
 
+    @property
+    def path(self) -> str:
+        if not self.group:
+            return f"api/{self.version}/{self.plural}"
+        return f"apis/{self.group}/{self.version}/{self.plural}"
 
-NODES = _Kind(_Node, "nodes", "")
-CLUSTER_POLICIES = _Kind(_ClusterPolicy, "clusterpolicies", "nvidia.com")
-NVIDIA_DRIVERS = _Kind(_NvidiaDriver, "nvidiadrivers", "nvidia.com")
+
+NODES = _Kind(_Node, "Node", "nodes", "", "v1")
+CLUSTER_POLICIES = _Kind(_ClusterPolicy, "ClusterPolicy", "clusterpolicies", "nvidia.com", "v1")
+NVIDIA_DRIVERS = _Kind(_NvidiaDriver, "NVIDIADriver", "nvidiadrivers", "nvidia.com", "v1alpha1")
 
 
 _ABSENT = 404
 """On a list: the API server serves no such resource (its CRD is not installed)."""
-_EXPIRED = 410
-"""Gone: the continue token is too old (etcd compacted the revision); start again."""
 
 
 class KubernetesFleetSource:
@@ -107,33 +114,54 @@ class KubernetesFleetSource:
         proof_annotation: str = DEFAULT_PROOF_ANNOTATION,
         policy: RetryPolicy = DEFAULT_POLICY,
         sleep: Sleep = real_sleep,
+        budget: timedelta = DEFAULT_LIST_BUDGET,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if page_size < 1 or max_nodes < 1:
             raise ValueError("page_size and max_nodes must be at least 1")
         self._client = client
-        self._labels = _lightkube_labels(selector or LabelSelector())
-        self._page_size = page_size
-        self._max_nodes = max_nodes
+        self._selector = str(selector or LabelSelector())
+        self._bounds = ListBounds(max_nodes, page_size, budget)
         self._gate_annotation = gate_annotation
         self._proof_annotation = proof_annotation
         self._policy = policy
         self._sleep = sleep
+        self._monotonic = monotonic
 
     def close(self) -> None:
         self._client.close()
 
     def nodes(self) -> NodeListing:
+        params = {"labelSelector": self._selector} if self._selector else {}
         try:
-            items, restarts = self._list(NODES, self._labels)
+            listing = self._list(NODES, params)
         except Answered as answer:  # every API server serves nodes: this is not one
             raise ClusterRejectedError(
                 f"kubernetes list nodes: the API server does not serve nodes "
                 f"({answer.failure.detail})"
             ) from answer
-        gate, proof = self._gate_annotation, self._proof_annotation
+        nodes, names = parse_nodes(
+            listing.items,
+            gate_annotation=self._gate_annotation,
+            proof_annotation=self._proof_annotation,
+        )
+        problems = [*listing.skipped, *names]
+        unsure = None
+        if listing.cut is not None:
+            unsure = (
+                f"the Node listing was cut short: {listing.cut}; the API server (or a proxy "
+                "in front of it) keeps answering with more pages: check it, or narrow "
+                "fleet.node_selector"
+            )
+        elif listing.skipped_count:
+            unsure = (
+                f"{listing.skipped_count} item(s) of the Node list could not be read, so "
+                "not every node is known: find the odd objects with kubectl get nodes -o json"
+            )
+        if unsure is not None:
+            problems.append(unsure)
         return NodeListing(
-            tuple(parse_node(item, gate_annotation=gate, proof_annotation=proof) for item in items),
-            restarts,
+            nodes, listing.restarts, tuple(problems), unsure, cut=listing.cut is not None
         )
 
     def cluster_policies(self) -> tuple[DriverSource, ...] | CrdAbsent:
@@ -146,74 +174,39 @@ class KubernetesFleetSource:
         self, kind: _Kind, parse: Callable[[object], DriverSource]
     ) -> tuple[DriverSource, ...] | CrdAbsent:
         try:
-            items, _ = self._list(kind, None)
+            listing = self._list(kind, {})
         except Answered:
             return CrdAbsent(kind.qualified)
-        return tuple(parse(item) for item in items)
+        # A skipped or missing object may be the one that decides a node's driver: the
+        # GPU Operator's view is then unknown, as when it cannot be listed at all.
+        if listing.cut is not None:
+            raise ClusterRejectedError(
+                f"kubernetes list {kind.qualified}: {listing.cut}, a runaway answer; the "
+                "listing is refused"
+            )
+        if listing.skipped:
+            raise ClusterUnavailableError(
+                f"kubernetes list {kind.qualified}: {listing.skipped[0].removesuffix(': skipped')} "
+                f"({listing.skipped_count} in all): the {kind.kind} objects are not all known"
+            )
+        return tuple(parse(item) for _, item in listing.items)
 
     # -- listing -------------------------------------------------------------------------
 
-    def _list(self, kind: _Kind, labels: dict[str, LabelValue] | None) -> tuple[list[Any], int]:
-        """Every object of ``kind``, all pages; restarted once after an expired token.
-
-        Raises ``Answered`` for a 404 (the resource type is not served)."""
-        for restarts in range(2):
-            try:
-                return self._call(kind, lambda: list(self._pages(kind, labels))), restarts
-            except Answered as answer:
-                if answer.failure.code != _EXPIRED:
-                    raise
-        raise ClusterUnavailableError(
-            f"kubernetes list {kind.qualified}: the continue token expired twice in a row "
-            "(the listing is slower than etcd compaction); retrying next cycle"
-        )
-
-    def _pages(self, kind: _Kind, labels: dict[str, LabelValue] | None) -> Iterator[Any]:
-        listed = self._client.list(kind.resource, chunk_size=self._page_size, labels=labels)
-        try:
-            for count, item in enumerate(listed, start=1):
-                if count > self._max_nodes:
-                    raise ClusterRejectedError(
-                        f"kubernetes list {kind.qualified}: more than {self._max_nodes} "
-                        "objects; narrow the node selector"
-                    )
-                yield item
-        except (TypeError, ValueError) as error:
-            if isinstance(error, LIBRARY_ERRORS):
-                raise  # msgspec's and json's own: edge.kube classifies them
-            # lightkube makes each item a dict with dict(item): a null, a number or a
-            # string among the items raises TypeError or ValueError out of its decoder.
-            raise UnreadableAnswerError(200, "an item of the list is not an object") from error
-
-    def _call(self, kind: _Kind, operation: Callable[[], list[Any]]) -> list[Any]:
-        return kube_call(
-            f"list {kind.qualified}",
-            operation,
+    def _list(self, kind: _Kind, params: dict[str, str]) -> RawListing:
+        """Every object of ``kind`` within the bounds; ``Answered`` for a 404 (the resource
+        type is not served)."""
+        return list_objects(
+            self._client,
+            kind.path,
+            kind=kind.kind,
+            plural=kind.qualified,
+            what=f"list {kind.qualified}",
+            bounds=self._bounds,
+            params=params,
+            permission=kind.listing,
+            answers={_ABSENT},
             policy=self._policy,
             sleep=self._sleep,
-            answers={_ABSENT, _EXPIRED},
-            permission=kind.listing,
+            monotonic=self._monotonic,
         )
-
-
-def _lightkube_labels(selector: LabelSelector) -> dict[str, LabelValue] | None:
-    """The selector in lightkube's form (one requirement per key: ``LabelSelector.parse``
-    refuses a key given twice)."""
-    if not selector.requirements:
-        return None
-    labels: dict[str, LabelValue] = {}
-    for requirement in selector.requirements:
-        key, values = requirement.key, requirement.values
-        if requirement.operator is Operator.EQUALS:
-            labels[key] = operators.equal(values[0])
-        elif requirement.operator is Operator.NOT_EQUALS:
-            labels[key] = operators.not_equal(values[0])
-        elif requirement.operator is Operator.IN:
-            labels[key] = operators.in_(values)
-        elif requirement.operator is Operator.NOT_IN:
-            labels[key] = operators.not_in(values)
-        elif requirement.operator is Operator.EXISTS:
-            labels[key] = operators.exists()
-        else:
-            labels[key] = operators.not_exists()
-    return labels

@@ -3,7 +3,7 @@
 For the demo's simulated fleet, dry runs and tests. It behaves as ``KubernetesFleetSource``
 does against a real API server, and the same contract suite checks both: Nodes come in
 name order (etcd's key order), filtered by the same ``LabelSelector``, each parsed by
-``parse_node``; a GPU Operator kind given as ``None`` is a CRD that is not installed.
+``parse_nodes``; a GPU Operator kind given as ``None`` is a CRD that is not installed.
 The objects are kept as the JSON-shaped dicts an API server would send. It is also a
 ``NodeAnnotator`` over those objects (``resourceVersion`` checked and bumped as an API
 server does), so a simulated fleet shows the reboot gate opening and the after-reboot
@@ -27,7 +27,8 @@ from releasebot.domain.fleet import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     GATE_VERSION_ANNOTATION,
-    parse_node,
+    is_node_name,
+    parse_nodes,
 )
 from releasebot.domain.operator import (
     CrdAbsent,
@@ -38,6 +39,7 @@ from releasebot.domain.operator import (
 from releasebot.domain.ports import NodeListing
 from releasebot.domain.proof import LOG_TAIL_LINES, OperatorPod, parse_pod
 from releasebot.domain.selectors import LabelSelector
+from releasebot.domain.untrusted import escaped
 from releasebot.fleet.pods import (
     DEFAULT_MAX_LOG_BYTES,
     DEFAULT_MAX_PODS,
@@ -112,12 +114,12 @@ class MemoryFleetSource:
         with self._lock:
             nodes = sorted(self._nodes, key=_name)
         selected = [node for node in nodes if self._selector.matches(_labels(node))]
-        gate, proof = self._gate_annotation, self._proof_annotation
-        return NodeListing(
-            tuple(
-                parse_node(node, gate_annotation=gate, proof_annotation=proof) for node in selected
-            )
+        parsed, problems = parse_nodes(
+            list(enumerate(selected, start=1)),
+            gate_annotation=self._gate_annotation,
+            proof_annotation=self._proof_annotation,
         )
+        return NodeListing(parsed, problems=problems)
 
     def cluster_policies(self) -> tuple[DriverSource, ...] | CrdAbsent:
         with self._lock:
@@ -134,6 +136,7 @@ class MemoryFleetSource:
         return tuple(parse_nvidia_driver(driver) for driver in sorted(drivers, key=_name))
 
     def open_gate(self, node: str, version: str, resource_version: str | None) -> bool:
+        _addressable("open the reboot gate of", node)
         with self._lock:
             found = self._node(node)
             if found is None:
@@ -148,6 +151,7 @@ class MemoryFleetSource:
             return True
 
     def close_gate(self, node: str) -> None:
+        _addressable("close the reboot gate of", node)
         with self._lock:
             found = self._node(node)
             if found is None:
@@ -160,6 +164,7 @@ class MemoryFleetSource:
             self._bump(metadata)
 
     def set_proof(self, node: str) -> bool:
+        _addressable("set the driver proof of", node)
         with self._lock:
             found = self._node(node)
             if found is None:
@@ -315,3 +320,11 @@ def _container_names(pod: RawObject) -> list[str]:
     return [
         c["name"] for c in containers if isinstance(c, Mapping) and isinstance(c.get("name"), str)
     ]
+
+
+def _addressable(action: str, node: str) -> None:
+    """As the Kubernetes annotator: a name no Node can have is never written to."""
+    if not is_node_name(node):
+        raise ClusterRejectedError(
+            f"{action} node {escaped(node)}: not a valid Node name; nothing is written to it"
+        )

@@ -1,13 +1,15 @@
 """``KubernetesPodSource``: the GPU Operator's pods on one node, and a container's last lines.
 
 ``pods_on(node)`` lists Pods in ONE namespace, the operator's (``gpu-operator`` unless
-told), selected by the API server with ``fieldSelector=spec.nodeName=<node>``, in pages
-(``limit``/``continue``). Each raw item goes to ``proof.parse_pod`` as the JSON the API
-server sent (read by the bounded reader, never by lightkube's decoders, which raise
-``TypeError`` on a ``null`` item), so one odd Pod is dropped or parsed as far as it goes,
-not a failed listing; Pods that are neither driver nor validator are left out. A node runs
-a few dozen Pods: more than ``max_pods`` in the namespace on one node, or more pages than
-those could fill, is a runaway answer and a ``ClusterRejectedError`` naming the bound.
+told), selected by the API server with ``fieldSelector=spec.nodeName=<node>``, through
+``edge.kubelist`` (pages, raw JSON, the bounds every listing has). Each item goes to
+``proof.parse_pod`` as the JSON the API server sent, so one odd Pod is dropped or parsed as
+far as it goes; Pods that are neither driver nor validator are left out. An item that is
+not an object at all (``null``) may hide the driver's Pod: such a listing is a
+``ClusterUnavailableError`` naming the item, so nothing is proven or refused from it. A
+node runs a few dozen Pods: more than ``max_pods`` in the namespace on one node, more pages
+than those could fill, or a listing over its time ``budget`` is a runaway answer and a
+``ClusterRejectedError`` naming the bound.
 
 ``log_tail`` reads ``pods/<name>/log`` with ``tailLines=proof.LOG_TAIL_LINES``,
 ``limitBytes=max_log_bytes`` and ``previous`` (the last terminated run, for a crash loop),
@@ -32,25 +34,19 @@ reading Pods anywhere but the operator's namespace.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Callable
+from datetime import timedelta
 from urllib.parse import quote
 
 from lightkube import Client
 
-from releasebot.domain.errors import ClusterRejectedError
+from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
 from releasebot.domain.fleet import is_node_name
 from releasebot.domain.proof import LOG_TAIL_CHARS, LOG_TAIL_LINES, OperatorPod, parse_pod
 from releasebot.domain.untrusted import strip_controls
-from releasebot.edge.json import JsonRefusedError, decode_json
-from releasebot.edge.kube import (
-    KUBE_JSON_LIMITS,
-    Answered,
-    Permission,
-    UnreadableAnswerError,
-    get_raw,
-    kube_call,
-)
+from releasebot.edge.kube import Answered, Permission, get_raw, kube_call
+from releasebot.edge.kubelist import DEFAULT_LIST_BUDGET, ListBounds, list_objects
 from releasebot.edge.redact import redact
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 from releasebot.fleet.kubernetes import DEFAULT_POLICY
@@ -84,6 +80,8 @@ class KubernetesPodSource:
         max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
         policy: RetryPolicy = DEFAULT_POLICY,
         sleep: Sleep = real_sleep,
+        budget: timedelta = DEFAULT_LIST_BUDGET,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if page_size < 1 or max_pods < 1 or max_log_bytes < 1:
             raise ValueError("page_size, max_pods and max_log_bytes must be at least 1")
@@ -92,11 +90,11 @@ class KubernetesPodSource:
         self._client = client
         self._namespace = namespace
         self._page_size = page_size
-        self._max_pods = max_pods
-        self._max_pages = -(-max_pods // page_size) + 1
+        self._bounds = ListBounds(max_pods, page_size, budget)
         self._max_log_bytes = max_log_bytes
         self._policy = policy
         self._sleep = sleep
+        self._monotonic = monotonic
 
     def close(self) -> None:
         self._client.close()
@@ -106,38 +104,36 @@ class KubernetesPodSource:
     def pods_on(self, node: str) -> tuple[OperatorPod, ...]:
         if not node:  # spec.nodeName= would select every Pod not scheduled yet
             return ()
-        items: list[object] = []
-        token: str | None = None
-        for _ in range(self._max_pages):
-            page, token = self._page(node, token)
-            items.extend(page)
-            if len(items) > self._max_pods:
-                raise ClusterRejectedError(self._runaway(node, f"more than {self._max_pods} pods"))
-            if token is None:
-                parsed = (parse_pod(item) for item in items)
-                return tuple(pod for pod in parsed if pod is not None)
-        pages = f"more than {self._max_pages} pages of pods"
-        raise ClusterRejectedError(self._runaway(node, pages))
-
-    def _runaway(self, node: str, what: str) -> str:
-        return (
-            f"kubernetes list pods in namespace {self._namespace} on node {node[:253]}: "
-            f"{what}, a runaway answer; the listing is refused"
-        )
-
-    def _page(self, node: str, token: str | None) -> tuple[list[object], str | None]:
-        selector = f"spec.nodeName={_field_value(node)}"
-        params = {"fieldSelector": selector, "limit": str(self._page_size)}
-        if token is not None:
-            params["continue"] = token
-        path = f"api/v1/namespaces/{quote(self._namespace, safe='')}/pods"
-        return kube_call(
-            f"list pods in namespace {self._namespace}",
-            lambda: _list_page(self._client, path, params),
+        listing = list_objects(
+            self._client,
+            f"api/v1/namespaces/{quote(self._namespace, safe='')}/pods",
+            kind="Pod",
+            plural="pods",
+            what=f"list pods in namespace {self._namespace}",
+            bounds=self._bounds,
+            params={"fieldSelector": f"spec.nodeName={_field_value(node)}"},
+            permission=_LIST_PODS,
             policy=self._policy,
             sleep=self._sleep,
-            permission=_LIST_PODS,
+            monotonic=self._monotonic,
         )
+        if listing.cut is not None:
+            raise ClusterRejectedError(
+                f"{self._where(node)}: {listing.cut}, a runaway answer; the listing is refused"
+            )
+        if listing.skipped:
+            # A Pod that cannot be read may be the driver's: nothing is proven or refused
+            # from a listing that does not show every Pod on the node.
+            raise ClusterUnavailableError(
+                f"{self._where(node)}: {listing.skipped[0].removesuffix(': skipped')} "
+                f"({listing.skipped_count} in all): "
+                "the node's pods are not all known; the proof waits for a readable listing"
+            )
+        parsed = (parse_pod(item) for _, item in listing.items)
+        return tuple(pod for pod in parsed if pod is not None)
+
+    def _where(self, node: str) -> str:
+        return f"kubernetes list pods in namespace {self._namespace} on node {node[:253]}"
 
     # -- logs ----------------------------------------------------------------------------
 
@@ -180,23 +176,3 @@ def shown_tail(data: bytes, limit: int = LOG_TAIL_CHARS) -> str:
 def _field_value(value: str) -> str:
     """``value`` escaped for a field selector (as client-go's ``fields.EscapeValue``)."""
     return value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=")
-
-
-def _list_page(
-    client: Client, path: str, params: Mapping[str, str]
-) -> tuple[list[object], str | None]:
-    """One page of a Pod list: its items as raw JSON, and the continue token if any."""
-    limit = KUBE_JSON_LIMITS.max_bytes
-    answer = get_raw(client, path, params, max_bytes=limit)
-    if answer.cut:
-        raise UnreadableAnswerError(200, f"body is over {limit} bytes")
-    try:
-        body: Any = decode_json(answer.body, KUBE_JSON_LIMITS)
-    except JsonRefusedError as error:
-        raise UnreadableAnswerError(200, error.problem) from error
-    if not isinstance(body, dict) or not isinstance(body.get("items"), list | None):
-        raise UnreadableAnswerError(200, "not a list of pods")
-    items: list[object] = body.get("items") or []
-    metadata = body.get("metadata")
-    token = metadata.get("continue") if isinstance(metadata, dict) else None
-    return items, token if isinstance(token, str) and token else None

@@ -4,7 +4,10 @@
 and records the listing in the store's fleet history. A listing that fails (RBAC, the API
 server unreachable) is one line and an alert, never a failed cycle: without Nodes the plan
 is the channel policy's, without the operator's objects each node gets the selected
-drivers. CRDs that are not installed are no failure (the GPU Operator is optional).
+drivers. CRDs that are not installed are no failure (the GPU Operator is optional). A Node
+listing that is read but not whole (an item skipped, a bound hit) is planned for as far as
+it goes; each of its problems is one line, and the snapshot says it is ``unsure`` (and
+``cut``), which ``gate_hold`` turns into a reason for the gate to open nothing new.
 
 ``plan`` hands the snapshot to ``domain.fleet_plan``. ``settle`` runs after the cycle's
 launches, on the targets as they are then: the coverage (``domain.coverage``), its alerts
@@ -29,7 +32,7 @@ from releasebot.domain.fleet import ParsedNode
 from releasebot.domain.fleet_plan import FleetPlan, plan_fleet
 from releasebot.domain.gate import GateDecision, GateMove, decide_gates
 from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, TargetRecord
-from releasebot.domain.operator import OperatorView
+from releasebot.domain.operator import DriverMode, OperatorView, driver_mode
 from releasebot.domain.policy import Policy
 from releasebot.domain.ports import FleetSource, NodeAnnotator, StateStore
 from releasebot.domain.proof import ProofState
@@ -49,7 +52,12 @@ class FleetSnapshot:
     operator: OperatorView | None
     """``None``: the GPU Operator's objects could not be read."""
     problems: tuple[str, ...] = ()
-    """One line per listing that failed, or CRD not installed."""
+    """One line per listing that failed, or CRD not installed, or Node skipped."""
+    unsure: str | None = None
+    """Why ``nodes`` may not be every selected Node (``NodeListing.unsure``): retention
+    deletes nothing while it is set."""
+    cut: bool = False
+    """The Node listing stopped at a bound: the reboot gate opens nothing new."""
 
 
 @dataclass
@@ -101,10 +109,16 @@ class FleetService:
         problems: list[str] = []
         failed: list[str] = []
         nodes: tuple[ParsedNode, ...] | None = None
+        listing = None
         try:
-            nodes = self._source.nodes().nodes
+            listing = self._source.nodes()
+            nodes = listing.nodes
         except ReleasebotError as error:
             failed.append(f"fleet: cannot list Nodes, planning by the channel policy: {error}")
+        if listing is not None:
+            for line in listing.problems:
+                log.warning("fleet: %s", line)
+                problems.append(f"fleet: {line}")
         operator: OperatorView | None = None
         try:
             operator = OperatorView.of(
@@ -126,7 +140,13 @@ class FleetService:
                 self._alerts.listing_failed("; ".join(failed))
             else:
                 self._alerts.listing_worked()
-        return FleetSnapshot(nodes, operator, (*failed, *problems))
+        return FleetSnapshot(
+            nodes,
+            operator,
+            (*failed, *problems),
+            None if listing is None else listing.unsure,
+            listing is not None and listing.cut,
+        )
 
     def plan(
         self,
@@ -156,11 +176,12 @@ class FleetService:
         """Coverage from the targets as they stand, its alerts, and the reboot gate."""
         proof = None
         if self._prover is not None and snapshot.nodes is not None:
-            proof = self._prover.step(plan, snapshot.nodes, records)
+            complete = snapshot.unsure is None
+            proof = self._prover.step(plan, snapshot.nodes, records, complete=complete)
             records = {**records, **proof.changed}
         outcome = FleetOutcome(fleet_coverage(plan, records), proof=proof)
         if self._alerts is not None:
-            self._alerts.exposures(outcome.coverage.exposures)
+            self._alerts.exposures(outcome.coverage.exposures, complete=snapshot.unsure is None)
         if self._annotator is not None and snapshot.nodes is not None:
             proving = {}
             if proof is not None:
@@ -175,6 +196,7 @@ class FleetService:
                 operator_known=snapshot.operator is not None,
                 requires_proof=self._requires_proof,
                 proving=proving,
+                hold=gate_hold(snapshot),
             )
             if not self._dry_run:
                 self._apply(self._annotator, outcome)
@@ -209,3 +231,24 @@ class FleetService:
                 decision.why,
                 extra={"node": decision.node, "gate": decision.move.value},
             )
+
+
+def gate_hold(snapshot: FleetSnapshot) -> str | None:
+    """Why no reboot gate may open this cycle however ready a node looks; ``None``: none.
+
+    A listing cut short by a bound may miss any node, and pages that never end are no
+    listing to trust. A Node that could not be read (skipped) only matters to a node it
+    can change the image of: with a ClusterPolicy every GPU node may get the OS tag of ANY
+    GPU node (``domain.operator``), the unread one included; with NVIDIADrivers a node's
+    image is decided by its own labels, so the nodes read keep their gates."""
+    if snapshot.cut:
+        return "the Node listing was cut short: no reboot gate opens until it is read whole"
+    view = snapshot.operator
+    if snapshot.unsure is not None and (
+        view is None or driver_mode(view) is DriverMode.CLUSTER_POLICY
+    ):
+        return (
+            "a Node could not be read, and the ClusterPolicy gives every GPU node the OS tag "
+            "of any of them: no reboot gate opens until every Node is read"
+        )
+    return None

@@ -64,9 +64,11 @@ class FleetAlerts:
         event = Event(EventKind.FLEET_READABLE, key, "the fleet", now, payload)
         self._store.set_flag(UNREADABLE_FLAG, None, now, events=[event])
 
-    def exposures(self, exposures: Sequence[Exposure]) -> list[Event]:
+    def exposures(self, exposures: Sequence[Exposure], *, complete: bool = True) -> list[Event]:
         """Tell the exposures that began and those that ended since the last call; returns
-        the events written (none when nothing changed)."""
+        the events written (none when nothing changed). From a fleet view that is not
+        ``complete`` (a Node skipped, the listing cut short) none is told ended: the node
+        that was exposed may be the one not seen."""
         told = _read(self._store.flag(EXPOSED_FLAG))
         now = self._clock()
         current = {exposure.key: exposure for exposure in exposures}
@@ -75,7 +77,7 @@ class FleetAlerts:
             if version not in told:
                 told[version] = now.isoformat()
                 events.append(_exposed(exposure, told[version], now))
-        for version in sorted(set(told) - set(current)):
+        for version in sorted(set(told) - set(current)) if complete else ():
             since = told.pop(version)
             payload: Payload = {"flatcar_version": version, "exposed_since": since}
             subject = f"Flatcar {version}"

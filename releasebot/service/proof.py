@@ -80,25 +80,33 @@ class ProofService:
         plan: FleetPlan,
         nodes: Sequence[ParsedNode],
         records: Mapping[str, TargetRecord],
+        *,
+        complete: bool = True,
     ) -> ProofOutcome:
-        """One cycle's worth of proof for ``nodes`` (as listed) and the targets as stored."""
+        """One cycle's worth of proof for ``nodes`` (as listed) and the targets as stored.
+
+        A node's record goes when the node is no longer listed, but only after a
+        ``complete`` listing: one with items skipped or cut short by a bound says nothing
+        about the nodes it does not show."""
         now = self._clock()
         outcome = ProofOutcome()
         stored = {record.node: record for record in self._store.proofs()}
         listed = {node.name for node in nodes}
         entries = {entry.name: entry for entry in plan.nodes}
-        removed = sorted(name for name in stored if name not in listed)
+        removed = sorted(name for name in stored if name not in listed) if complete else []
         for name in removed:
             if stored[name].state in (ProofState.ARMED, ProofState.PROVING):
                 log.info("proof of %s: the node is gone; its record goes", name)
         saved: list[ProofRecord] = []
         events: list[Event] = []
         changed: dict[str, TargetRecord] = {}
-        kept = {name: record for name, record in stored.items() if name in listed}
+        kept = {name: record for name, record in stored.items() if name not in removed}
         for node in nodes:
             if not isinstance(node, FleetNode):
                 continue
             record = kept.get(node.name)
+            if node.fluo.after_reboot and node.address != node.name:
+                continue  # not addressable (the listing said why): nothing read or written
             if node.fluo.after_reboot:
                 later = self._after_reboot(node, record, entries.get(node.name), records, outcome)
                 if later is None:

@@ -95,7 +95,7 @@ class RetentionService:
     def run(self, *, apply: bool) -> RetentionReport:
         """Decide; with ``apply`` delete. Raises the registry's and store's errors when
         what the decision needs cannot be read (then nothing was deleted)."""
-        nodes, problem = self._nodes()
+        nodes, problem, unsure = self._nodes()
         now = self._clock()
         tags = self._janitor.tags()
         inputs = RetentionInputs(
@@ -105,6 +105,7 @@ class RetentionService:
             targets=self._store.targets(required_only=True),
             history=self._store.fleet_nodes() if nodes is not None else (),
             fleet_problem=problem,
+            fleet_unsure=unsure,
         )
         plan = plan_retention(inputs, now=now, after=self._after, max_deletions=self._max_deletions)
         if plan.held is not None:
@@ -129,13 +130,16 @@ class RetentionService:
             self._apply(report, plan.protected)
         return report
 
-    def _nodes(self) -> tuple[tuple[ParsedNode, ...] | None, str | None]:
+    def _nodes(self) -> tuple[tuple[ParsedNode, ...] | None, str | None, str | None]:
+        """The listed nodes (``None``: not listed), why not, and why they may not be all."""
         if self._fleet is None:
-            return None, "fleet.enabled is false, so releasebot does not know what nodes run"
+            no_fleet = "fleet.enabled is false, so releasebot does not know what nodes run"
+            return None, no_fleet, None
         try:
-            return self._fleet.nodes().nodes, None
+            listing = self._fleet.nodes()
         except ReleasebotError as error:
-            return None, str(error)
+            return None, str(error), None
+        return listing.nodes, None, listing.unsure
 
     def _apply(self, report: RetentionReport, kept: frozenset[str]) -> None:
         """Delete the plan's manifests; ``kept``: every digest a kept tag reaches, which no

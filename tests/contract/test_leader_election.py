@@ -5,7 +5,9 @@ Contract: the first contender leads and the second follows; a lease that stops b
 renewed is taken over only once it lapsed on the follower's own clock; a released lease is
 taken over at once; a leader whose renewals stop drops ``is_leader`` before anyone could
 take over. Lease only: the object written (holder, duration, times, transitions), the
-409 races (create and stale resourceVersion), and API errors translated.
+409 races (create and stale resourceVersion), and API errors translated; a Lease that is
+not a Lease (``null``, a number, fields of the wrong type) is one clean error and nothing
+is written.
 """
 
 from __future__ import annotations
@@ -220,3 +222,21 @@ def test_api_errors_are_translated_and_a_leader_rides_out_a_blip(kube_api: FakeK
         clock.now += 6
         assert not a.is_leader
         assert a.ensure()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"null", b"7", b'"lease"', b"[]", b'{"metadata": "x"}', b'{"spec": {"holderIdentity": 7}}'],
+)
+def test_a_lease_that_is_not_a_lease_is_one_clean_error(kube_api: FakeKubeApi, body: bytes) -> None:
+    clock = Clock()
+    with kube_api.client() as client:
+        a = lease_elector(client, kube_api, "a", clock)
+        kube_api.fail_requests(None, status=200, method="GET", plural="leases", raw=body)
+        with pytest.raises(
+            ClusterUnavailableError, match=r"^kubernetes read the lease: "
+        ) as caught:
+            a.ensure()
+        assert "\n" not in str(caught.value)
+        assert not a.is_leader
+        assert kube_api.requests_to("PUT", "leases") == []  # nothing written on a bad read

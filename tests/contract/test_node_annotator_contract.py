@@ -9,8 +9,9 @@ a Node that is gone is neither an error nor created. The after-reboot proof sets
 annotation to ``"true"`` (the configured name on both), whatever changed on the Node since
 it was read, and leaves FLUO's and the gate's alone; a Node that is gone is ``False``. The
 Kubernetes annotator alone: RBAC refusing ``patch`` names what to grant, for the proof too;
-the API server down is a temporary error; a name that is no Kubernetes node name (one that
-would change the request's path or query) is refused before any request, for the proof too.
+the API server down is a temporary error. A name no Node can have (control characters,
+a path, a query, capitals, empty) is never written to, on both, for the gate and the proof:
+``ClusterRejectedError`` before any request, and the node it reads like is untouched.
 """
 
 from __future__ import annotations
@@ -105,6 +106,21 @@ def test_a_node_that_is_gone_is_neither_an_error_nor_created(cluster: Cluster) -
     assert cluster.annotator.open_gate("gone", "4593.2.5", None) is False
     cluster.annotator.close_gate("gone")
     assert [node.name for node in cluster.source.nodes().nodes] == ["gpu-0"]
+
+
+@pytest.mark.parametrize("name", ["gpu-\x1b[0m0", "gpu-0/..", "../gpu-0", "GPU-0", "", "gpu-0 "])
+def test_a_name_no_node_can_have_is_never_written_to(cluster: Cluster, name: str) -> None:
+    seen = cluster.node("gpu-0")
+    with pytest.raises(ClusterRejectedError, match="not a valid Node name") as caught:
+        cluster.annotator.open_gate(name, "4593.2.5", None)
+    assert "\x1b" not in str(caught.value)
+    with pytest.raises(ClusterRejectedError, match="not a valid Node name"):
+        cluster.annotator.close_gate(name)
+    with pytest.raises(ClusterRejectedError, match="not a valid Node name"):
+        cluster.annotator.set_proof(name)
+    after = cluster.node("gpu-0")  # the node the name reads like is untouched
+    assert (after.gate, after.gate_version, after.proof) == (None, None, None)
+    assert after.resource_version == seen.resource_version
 
 
 def test_the_proof_is_set_on_the_node_as_it_is_now(cluster: Cluster) -> None:
@@ -225,7 +241,7 @@ def test_a_name_that_is_no_node_name_is_never_sent(kube_api: FakeKubeApi, name: 
     annotator = KubernetesNodeAnnotator(kube_api.client(), sleep=lambda _: None)
     before = len(kube_api.requests)
     try:
-        with pytest.raises(ClusterRejectedError, match="not a Kubernetes node name") as caught:
+        with pytest.raises(ClusterRejectedError, match="not a valid Node name") as caught:
             annotator.open_gate(name, "4593.2.5", None)
         with pytest.raises(ClusterRejectedError):
             annotator.close_gate(name)

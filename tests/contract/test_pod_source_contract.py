@@ -372,9 +372,30 @@ def test_the_listing_asks_the_api_server_for_the_node_in_pages(
 def test_pages_without_end_are_refused(kube_api: FakeKubeApi, pods: KubernetesPodSource) -> None:
     endless = b'{"kind": "PodList", "metadata": {"continue": "again"}, "items": []}'
     kube_api.fail_requests(None, status=200, plural="pods", raw=endless)
-    with pytest.raises(ClusterRejectedError, match="more than 251 pages of pods"):
+    with pytest.raises(ClusterRejectedError, match="more than 252 pages of pods"):
         pods.pods_on("gpu-0")
-    assert len(kube_api.requests_to("GET", "pods")) == 251
+    assert len(kube_api.requests_to("GET", "pods")) == 252  # ceil(500 / 2) + 2
+
+
+def test_a_pod_listing_over_its_time_budget_is_refused(kube_api: FakeKubeApi) -> None:
+    endless = b'{"kind": "PodList", "metadata": {"continue": "again"}, "items": []}'
+    kube_api.fail_requests(None, status=200, plural="pods", raw=endless)
+    ticks = iter(range(0, 1000, 40))  # each look at the clock: 40 s later
+    pods = KubernetesPodSource(
+        kube_api.client(),
+        page_size=2,
+        sleep=lambda _: None,
+        budget=timedelta(seconds=60),
+        monotonic=lambda: float(next(ticks)),
+    )
+    try:
+        with pytest.raises(
+            ClusterRejectedError, match=r"not finished after 60 s \(2 pages of pods\)"
+        ):
+            pods.pods_on("gpu-0")
+    finally:
+        pods.close()
+    assert len(kube_api.requests_to("GET", "pods")) == 2
 
 
 def test_the_log_request_says_what_it_wants(

@@ -12,7 +12,12 @@ appears when the build fails; ``releasebot_fleet_nodes``/``releasebot_fleet_miss
 and the Slack alert rise once and fall once; the GPU Operator's own driver is built when
 its ClusterPolicy pulls from releasebot's repository; Nodes that cannot be listed (RBAC)
 are one line and one alert, the cycle completes on the channel policy and no target is
-lost, and the fleet's targets come back when the listing does.
+lost, and the fleet's targets come back when the listing does; a Node list with items that
+are not Nodes (``null``) still builds for the nodes it shows, one line per item skipped,
+and the fleet view is unsure (retention deletes nothing: ``tests/integration/
+test_cli_retention.py``); a node whose name reads like another's once its control
+characters are removed is shown escaped and never gets a gate written, to it or to the
+other; a Node listing cut short by a bound opens no gate, however ready the node it shows.
 """
 
 from __future__ import annotations
@@ -73,10 +78,17 @@ def slack(rig: Rig) -> Iterator[SlackApi]:
 
 
 def with_fleet(
-    rig: Rig, opened: list[Any], *, gate: bool = False, slack: bool = True
+    rig: Rig,
+    opened: list[Any],
+    *,
+    gate: bool = False,
+    slack: bool = True,
+    max_nodes: int = 50_000,
 ) -> FleetService:
     """The rig's planner, with the fleet read from the fake API server."""
-    source = KubernetesFleetSource(rig.api.client(), page_size=2, sleep=lambda _: None)
+    source = KubernetesFleetSource(
+        rig.api.client(), page_size=2, max_nodes=max_nodes, sleep=lambda _: None
+    )
     annotator = KubernetesNodeAnnotator(rig.api.client(), sleep=lambda _: None) if gate else None
     opened += [source, *([annotator] if annotator else [])]
     fleet = FleetService(
@@ -215,6 +227,53 @@ def test_a_pending_reboot_builds_first_and_the_gate_opens_only_once_verified(
     assert GATE_VERSION_ANNOTATION not in closed
 
 
+def test_a_gate_is_never_written_to_a_node_another_name_reads_like(
+    rig: Rig, opened: list[Any]
+) -> None:
+    odd = "gpu-\x1b[0m1"  # cleans to gpu-1, an idle node's name
+    waiting = gpu_node(odd, "4081.3.9", group="lts", pending="4081.3.10", before_reboot=True)
+    rig.api.fleet.add_nodes(waiting, gpu_node("gpu-1", "4081.3.9", group="lts"))
+    with_fleet(rig, opened, gate=True, slack=False)
+    cycle(rig)
+    rig.kaniko.build_all()
+    report = cycle(rig)
+    assert rig.target(PENDING).state is TargetState.PUBLISHED  # ready: it would open
+    assert report.fleet is not None
+    [decision] = report.fleet.gates
+    assert (decision.node, decision.move) == ("'gpu-\\x1b[0m1'", None)
+    assert "releasebot writes nothing to it" in decision.why
+    assert report.fleet.applied == []
+    assert rig.api.requests_to("PATCH", "nodes") == []
+    assert DEFAULT_GATE_ANNOTATION not in annotations(rig, "gpu-1")
+    assert report.plan is not None
+    [line] = [w for w in report.plan.warnings if "not a valid Node name" in w]
+    assert "(it reads as gpu-1, another listed Node)" in line
+    assert "\x1b" not in line
+
+
+def test_a_listing_cut_short_opens_no_gate_however_ready(rig: Rig, opened: list[Any]) -> None:
+    node = gpu_node("gpu-0", "4081.3.9", group="lts", pending="4081.3.10", before_reboot=True)
+    rig.api.fleet.add_nodes(node)
+    with_fleet(rig, opened, gate=True, slack=False)
+    cycle(rig)
+    rig.kaniko.build_all()
+    cycle(rig)
+    assert rig.target(PENDING).state is TargetState.PUBLISHED
+    assert DEFAULT_GATE_ANNOTATION in annotations(rig, "gpu-0")  # whole: it opens
+    rig.api.fleet.remove_node("gpu-0")  # start again, the listing cut short this time
+    rig.api.fleet.add_nodes(node, gpu_node("gpu-1", "4081.3.9", group="lts"))
+    with_fleet(rig, opened, gate=True, slack=False, max_nodes=1)
+    report = cycle(rig)
+    assert report.fleet is not None
+    [decision] = report.fleet.gates
+    assert (decision.node, decision.move) == ("gpu-0", None)
+    assert decision.why.startswith("the Node listing was cut short")
+    assert report.fleet.applied == []
+    assert DEFAULT_GATE_ANNOTATION not in annotations(rig, "gpu-0")
+    assert report.plan is not None
+    assert any("cut short: more than 1 nodes" in w for w in report.plan.warnings)
+
+
 def test_with_the_gate_a_failed_build_never_opens_it_and_is_told(
     rig: Rig, slack: SlackApi, opened: list[Any]
 ) -> None:
@@ -288,6 +347,28 @@ def test_nodes_that_cannot_be_listed_fall_back_to_the_channel_policy(
     assert fleet_events(rig) == ["fleet_exposed", "fleet_unreadable", "fleet_readable"]
     [message] = [m for m in slack.messages() if m.thread_ts is None and "the fleet" in m.text]
     assert message.updates == 1
+
+
+def test_a_node_list_with_a_null_item_still_builds_for_the_other_nodes(
+    rig: Rig, opened: list[Any]
+) -> None:
+    publish_existing(rig, *OLD)
+    rig.api.fleet.add_nodes(gpu_node("gpu-0", "4593.2.1"))
+    rig.api.fleet.add_raw_node_items(None, 7)
+    fleet = with_fleet(rig, opened, slack=False)
+    report = cycle(rig)
+    assert report.errors == []
+    assert [(d.action, d.tag) for d in report.launched()] == [("launched", BEHIND)]
+    assert rig.target(BEHIND).target.reasons == {TargetReason.FLEET}
+    assert report.plan is not None
+    warnings = report.plan.warnings
+    assert "fleet: item 2 of the Node list is null: skipped" in warnings
+    assert "fleet: item 3 of the Node list is a number: skipped" in warnings
+    assert any("not every node is known" in line for line in warnings)
+    assert all("\n" not in line for line in warnings)
+    snapshot = fleet.snapshot()
+    assert snapshot.unsure is not None
+    assert not snapshot.cut
 
 
 def test_the_fixture_fleet_gets_a_verdict_per_gpu_node(

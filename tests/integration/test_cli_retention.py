@@ -6,7 +6,8 @@ Covers: the dry run prints what it would delete and why, what it keeps and why, 
 deletes nothing (exit 0, also with retention disabled); ``--apply`` with retention
 disabled is one line and exit 2; ``--apply`` deletes the one release nothing needs and
 records it (exit 0), with no Slack event when Slack is off; the JSON form; Nodes forbidden
-by RBAC, and a registry refusing deletes, are one line each, exit 1, and delete nothing.
+by RBAC, a Node list with an item that is not a Node (the fleet view is unsure), and a
+registry refusing deletes, are one line each, exit 1, and delete nothing.
 """
 
 from __future__ import annotations
@@ -167,6 +168,25 @@ def test_nodes_forbidden_delete_nothing_and_exit_1(
     (line,) = err.splitlines()
     assert line.startswith("releasebot: the fleet could not be listed (")
     assert "'list' on 'nodes'" in line
+    assert line.endswith("): deleting nothing")
+    assert tags(plain_registry, registry_name) == {GONE, RUNNING, TARGET}
+
+
+def test_a_node_list_with_a_null_item_deletes_nothing_and_exits_1(
+    tmp_path: Path,
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    kube_api: FakeKubeApi,
+    prepared: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kube_api.fleet.add_raw_node_items(None)  # it may be the node that runs GONE's release
+    config = write_config(tmp_path, plain_registry, registry_name, kube_api, enabled=True)
+    code, out, err = run(capsys, "retention", "--apply", "--config", config)
+    assert code == 1
+    assert out.splitlines()[-1] == "0 tag(s) deleted, 3 kept"
+    (line,) = err.splitlines()
+    assert line.startswith("releasebot: the fleet view is unsure (1 item(s) of the Node list")
     assert line.endswith("): deleting nothing")
     assert tags(plain_registry, registry_name) == {GONE, RUNNING, TARGET}
 

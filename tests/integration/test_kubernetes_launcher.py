@@ -8,9 +8,11 @@ did not create; building the client from a ``KUBECONFIG`` file (bearer token sen
 errors of a missing kubeconfig or in-cluster config; the Background propagation of
 ``delete``; the log tail (``tailLines``, trimmed to its limit, the kubelet's fallback
 message when the log cannot be read); a garbage or oversized termination message returned
-as-is for the caller to judge; and that the fake answers like a real API server where the
-launcher relies on it (409 ``AlreadyExists``, 404 ``Status`` bodies, label selectors);
-a Job name that is no DNS-1123 label (read back from a tampered store) is never sent.
+as-is for the caller to judge; items of a Job's Pod list that are not Pods skipped, and
+a Pod list that never ends refused after its few pages; and that the fake answers like a
+real API server where the launcher relies on it (409 ``AlreadyExists``, 404 ``Status``
+bodies, label selectors); a Job name that is no DNS-1123 label (read back from a tampered
+store) is never sent.
 """
 
 from __future__ import annotations
@@ -384,6 +386,34 @@ def test_a_success_whose_pod_is_gone_has_no_message(
     status = kube_launcher.status(build.job_name)
     assert status.phase is JobPhase.SUCCEEDED
     assert status.termination_message is None
+
+
+def test_items_of_the_pod_list_that_are_not_pods_are_skipped(
+    kube_api: FakeKubeApi, kube_launcher: KubernetesJobLauncher, build: BuildRequest
+) -> None:
+    kube_launcher.launch(build)
+    kube_api.succeed(build.job_name, DIGEST)
+    [pod] = kube_api.pods(build.job_name)
+    odd = {"metadata": {"name": "odd", "labels": "not a map"}}
+    body = {"kind": "PodList", "metadata": {}, "items": [None, 7, odd, pod]}
+    kube_api.fail_requests(
+        None, status=200, method="GET", plural="pods", raw=json.dumps(body).encode()
+    )
+    status = kube_launcher.status(build.job_name)
+    assert status.phase is JobPhase.SUCCEEDED
+    assert status.termination_message == DIGEST
+
+
+def test_a_pod_list_that_never_ends_is_refused_not_followed(
+    kube_api: FakeKubeApi, kube_launcher: KubernetesJobLauncher, build: BuildRequest
+) -> None:
+    kube_launcher.launch(build)
+    kube_api.succeed(build.job_name, DIGEST)
+    endless = b'{"kind": "PodList", "metadata": {"continue": "again"}, "items": []}'
+    kube_api.fail_requests(None, status=200, method="GET", plural="pods", raw=endless)
+    with pytest.raises(ClusterRejectedError, match="more than 3 pages of pods"):
+        kube_launcher.status(build.job_name)
+    assert len(kube_api.requests_to("GET", "pods")) == 3
 
 
 # -- the fake answers like a real API server ---------------------------------------------

@@ -20,6 +20,12 @@ as the real API server does, as plain (status, body) pairs (no HTTP in here):
   serviceaccount:releasebot:releasebot" cannot list resource "nodes" in API group "" at
   the cluster scope``).
 
+- Hostile listings on demand: ``add_raw_node_items(None, 7, ...)`` puts items that are
+  not Node objects (``null``, a number...) at the end of the first page of every Node
+  listing, as a broken or hostile API server (or a proxy in front of it) could send;
+  Nodes whose names carry control characters are stored and patched under their exact
+  name.
+
 Deliberately different from a real server: pages are cut from the live list (a real one
 serves every page from the first page's snapshot), there is no watch on these resources,
 and nothing validates node objects.
@@ -104,12 +110,18 @@ class FakeFleet:
         self._token_epoch = 0
         self._expire_after: int | None = None
         self._pages = 0
+        self._raw_node_items: list[object] = []
 
     # -- controls for tests --------------------------------------------------------------
 
     def add_nodes(self, *nodes: Mapping[str, Any]) -> None:
         for node in nodes:
             self._store(NODES, node)
+
+    def add_raw_node_items(self, *items: object) -> None:
+        """Items that are not Node objects, served at the end of the first page."""
+        with self._lock:
+            self._raw_node_items += [copy.deepcopy(item) for item in items]
 
     def node(self, name: str) -> dict[str, Any]:
         with self._lock:
@@ -243,11 +255,14 @@ class FakeFleet:
             if self._expire_after <= 0:  # compaction: the token just handed out is too old
                 self._expire_after = None
                 self._token_epoch += 1
+        items: list[object] = copy.deepcopy(page)
+        if resource == NODES and not start:
+            items += copy.deepcopy(self._raw_node_items)
         return 200, {
             "kind": f"{_KINDS[resource]}List",
             "apiVersion": f"{group}/{version}" if group else version,
             "metadata": metadata,
-            "items": copy.deepcopy(page),
+            "items": items,
         }
 
     def _patch(

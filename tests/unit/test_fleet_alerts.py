@@ -2,9 +2,10 @@
 ends, in the same transaction as its flag.
 
 Covers: an exposure told once however many cycles it lasts, and its end once; two versions
-told apart; an exposure that ends and comes back is a new message (a new key); a flag that
-does not read as releasebot wrote it is taken as empty, not as an error; the listing
-alert's start and end.
+told apart; an exposure is never told ended from a fleet view that is not whole (a Node
+skipped, a listing cut short); an exposure that ends and comes back is a new message (a
+new key); a flag that does not read as releasebot wrote it is taken as empty, not as an
+error; the listing alert's start and end.
 """
 
 from __future__ import annotations
@@ -48,6 +49,19 @@ def test_an_exposure_is_told_once_and_its_end_once() -> None:
     events = store.pending_events(datetime(2100, 1, 1, tzinfo=UTC), 100)
     assert events[0].event.message_key == events[2].event.message_key  # one message, edited
     assert events[0].event.payload["pending"] == ["gpu-0"]
+
+
+def test_an_exposure_is_not_told_ended_from_a_view_that_is_not_whole() -> None:
+    store, clock = MemoryStateStore(), Clock()
+    alerts = FleetAlerts(store, clock)
+    alerts.exposures([exposure("4757.1.0")])
+    alerts.exposures([exposure("4593.2.5")], complete=False)  # its node may be unread
+    assert told(store) == [
+        ("fleet_exposed", "Flatcar 4757.1.0"),
+        ("fleet_exposed", "Flatcar 4593.2.5"),
+    ]
+    alerts.exposures([exposure("4593.2.5")])
+    assert told(store)[-1] == ("fleet_covered", "Flatcar 4757.1.0")
 
 
 def test_an_exposure_that_comes_back_is_a_new_message() -> None:

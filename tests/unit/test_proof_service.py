@@ -3,7 +3,8 @@
 The service: a node FLUO wants to reboot is armed with its GPUs; back from the reboot it is
 proven (annotation, the image's ``proven`` mark, one event that edits the build's message)
 or refused (the image ``refused``, one event with the driver pod's log); a node deleted
-mid-proof loses its record; a dry run decides without writing anything. The gate with
+mid-proof loses its record, but not a node missing from a listing that is not whole (an
+item skipped, cut short by a bound); a dry run decides without writing anything. The gate with
 ``gate_requires_proof``: the first node of an unproven image goes (the canary), the others
 wait for its proof, and every node goes once the image is proven. The Slack messages of a
 proof and a refusal are valid Block Kit and say what to do. A rebuilt image (a new digest)
@@ -165,6 +166,20 @@ def test_a_node_deleted_mid_proof_loses_its_record_and_a_dry_run_writes_nothing(
     assert [r.node for r in store.proofs()] == ["gpu-0"]
     fleet.set_nodes([])
     step(service(fleet, store, clock), fleet, store)
+    assert store.proofs() == []
+
+
+def test_a_node_missing_from_a_listing_that_is_not_whole_keeps_its_record() -> None:
+    store, clock = MemoryStateStore(), Clock()
+    before = gpu_node("gpu-0", "4593.2.4", pending="4593.2.5", before_reboot=True)
+    published(store, before)
+    fleet = MemoryFleetSource([before])
+    step(service(fleet, store, clock), fleet, store)
+    assert [r.node for r in store.proofs()] == ["gpu-0"]
+    outcome = service(fleet, store, clock).step(plan(), (), {}, complete=False)
+    assert [r.node for r in store.proofs()] == ["gpu-0"]  # not seen is not gone
+    assert [r.node for r in outcome.records] == ["gpu-0"]
+    service(fleet, store, clock).step(plan(), (), {})  # a whole listing without it: gone
     assert store.proofs() == []
 
 
