@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from releasebot.domain.coverage import Coverage, NodeCoverage, Verdict
 from releasebot.domain.fleet import FleetNode, ParsedNode
+from releasebot.domain.versions import Arch
 
 NO_VERSION = "-"
 """The version annotation of a node opened without a known pending version (no GPU)."""
@@ -59,13 +60,13 @@ def decide_gates(
     *,
     operator_known: bool,
     requires_proof: bool = False,
-    proving: Mapping[str, str] | None = None,
+    proving: Mapping[tuple[str, Arch], str] | None = None,
     hold: str | None = None,
 ) -> tuple[GateDecision, ...]:
     """A decision for every Flatcar node FLUO waits on or whose gate is set, by name.
 
     With ``requires_proof`` an image no node proved yet lets one node through, the canary:
-    ``proving`` names, per tag, the node that is proving it now (after its reboot); a node
+    ``proving`` names, per tag and arch, the node that is proving it now (after its reboot); a node
     whose gate is open for an unproven image is the canary too. Every other node waits.
 
     ``hold`` says why the fleet view is too unsure to open any gate (the Node listing was
@@ -81,7 +82,7 @@ def decide_gates(
             if isinstance(node, FleetNode) and node.gate == "true" and entry is not None:
                 for image in entry.images:
                     if image.pending and image.tag and not image.proven:
-                        canaries.setdefault(image.tag, node.name)
+                        canaries.setdefault((image.tag, node.arch), node.name)
     decisions = []
     for node in sorted(nodes, key=lambda node: node.name):
         if not isinstance(node, FleetNode):
@@ -144,7 +145,10 @@ def _ready(node: FleetNode, covered: NodeCoverage | None, operator_known: bool) 
 
 
 def _canary(
-    node: FleetNode, covered: NodeCoverage | None, canaries: dict[str, str], why: str
+    node: FleetNode,
+    covered: NodeCoverage | None,
+    canaries: dict[tuple[str, Arch], str],
+    why: str,
 ) -> tuple[bool, str]:
     """With ``gate_requires_proof``: an unproven image goes to one node first."""
     if not node.is_gpu or covered is None:
@@ -152,12 +156,12 @@ def _canary(
     unproven = [i for i in covered.images if i.pending and i.tag and not i.proven]
     for image in unproven:
         assert image.tag is not None
-        canary = canaries.get(image.tag)
+        canary = canaries.get((image.tag, node.arch))
         if canary is not None and canary != node.name:
             return False, f"{image.tag}: waiting for {canary} to prove it first"
     for image in unproven:
         assert image.tag is not None
-        canaries[image.tag] = node.name
+        canaries[(image.tag, node.arch)] = node.name
     if unproven:
         return True, why + " (the canary: no node proved it yet)"
     return True, why + ", proven"

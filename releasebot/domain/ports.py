@@ -506,9 +506,11 @@ class NodeAnnotator(Protocol):
     def close_gate(self, node: str) -> None:
         """Remove both annotations (a Node without them, or gone, needs nothing)."""
 
-    def set_proof(self, node: str) -> bool:
+    def set_proof(self, node: str, resource_version: str | None = None) -> bool:
         """Set the after-reboot proof annotation (``fleet.proof_annotation``) to ``"true"``:
-        FLUO lets the node go and reboots the next one. False when the Node is gone."""
+        FLUO lets the node go and reboots the next one. With ``resource_version``, only if
+        the Node has not changed since it was read (the proof was judged on it as listed).
+        False when it changed since, or is gone: judged again from a fresh listing."""
 
     def close(self) -> None:
         """Release connections; the adapter is not used afterwards."""

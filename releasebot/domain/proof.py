@@ -38,7 +38,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from releasebot.domain.fleet import FleetNode
@@ -203,6 +203,9 @@ class Expected:
     why: str | None = None
     """Why nothing is expected (not ours, no target, not published yet)."""
     published: bool = False
+    by_digest: Mapping[str, str] = field(default_factory=dict)
+    """When the node may need several images (no operator: each selected driver), which
+    tag each of ``digests`` is: the one the node runs is the one judged."""
 
 
 @dataclass(frozen=True)
@@ -287,8 +290,8 @@ def decide_proof(
         record = replace(current, state=ProofState.NOT_JUDGED, reason=why, updated_at=now)
         newly = current.state is not ProofState.NOT_JUDGED
         return ProofDecision(record, Verdict.NOT_JUDGED, f"not judged: {why}", newly=newly)
-    if isinstance(pods, str):  # doubt: wait, and the deadline does not run
-        return _wait(current, f"the GPU Operator's pods cannot be read: {pods}", now)
+    if isinstance(pods, str):  # doubt: wait; neither the deadline nor the soak runs
+        return _wait(_paused(current, now), f"the GPU Operator's pods cannot be read: {pods}", now)
     expected_version = current.version
     if expected_version is not None and node.version != expected_version:
         why = (
@@ -305,8 +308,20 @@ def decide_proof(
     return _judge(node, current, pods, expected, rules, now)
 
 
+def _paused(record: ProofRecord, now: datetime) -> ProofRecord:
+    """The record with the time since it was last judged left out of its deadline, and its
+    soak broken: nothing was seen, so nothing counts for or against the image."""
+    if record.started_at is None or record.updated_at >= now:
+        return replace(record, healthy_since=None)
+    return replace(
+        record, started_at=record.started_at + (now - record.updated_at), healthy_since=None
+    )
+
+
 def _proving(node: FleetNode, record: ProofRecord | None, now: datetime) -> ProofRecord:
-    """The record of a node back from its reboot; a new boot starts the proof again."""
+    """The record of a node back from its reboot. A new boot starts the proof again, and so
+    does a proven node without its annotation whose boot cannot be told apart (no boot ID):
+    an old proof never vouches for a reboot nobody saw."""
     if record is None or record.state is ProofState.ARMED:
         base = record or ProofRecord(node.name, ProofState.ARMED, now, arch=node.arch)
         return replace(
@@ -318,7 +333,11 @@ def _proving(node: FleetNode, record: ProofRecord | None, now: datetime) -> Proo
             reason=None,
             updated_at=now,
         )
-    if record.boot_id is not None and node.boot_id is not None and node.boot_id != record.boot_id:
+    other_boot = record.boot_id is None or node.boot_id is None or node.boot_id != record.boot_id
+    settled = record.state in (ProofState.PROVEN, ProofState.RELEASED)
+    if (settled and node.proof != "true" and other_boot) or (
+        record.boot_id is not None and node.boot_id is not None and node.boot_id != record.boot_id
+    ):
         return replace(
             record,
             state=ProofState.PROVING,
@@ -361,8 +380,17 @@ def _judge(
         return _late(
             record, f"driver pod {pod_name} reports no container", rules, now, tag=tag, image=False
         )
+    if container.digest is not None:  # of several images the node may need, the one it runs
+        tag = expected.by_digest.get(container.digest, tag)
+        record = replace(record, tag=tag)
     runs_ours = container.digest is not None and container.digest in expected.digests
-    runs_tag = container.image is not None and container.image.endswith(f":{tag}")
+    # Blamed by digest; by the tag in its image reference only when the kubelet reports no
+    # digest (a container that never ran).
+    runs_tag = (
+        container.digest is None
+        and container.image is not None
+        and container.image.endswith(f":{tag}")
+    )
     failure = _failure(node, driver, container)
     if failure is not None:
         return _refuse(

@@ -79,11 +79,13 @@ class KubernetesNodeAnnotator:
         except Answered:
             return  # gone: nothing to close
 
-    def set_proof(self, node: str) -> bool:
-        proven = {"annotations": {self._proof_annotation: "true"}}
+    def set_proof(self, node: str, resource_version: str | None = None) -> bool:
+        proven: dict[str, Any] = {"annotations": {self._proof_annotation: "true"}}
+        if resource_version is not None:
+            proven["resourceVersion"] = resource_version
         try:
             self._patch("set the driver proof of", node, {"metadata": proven})
-        except Answered:  # gone (a 409 cannot happen: no resourceVersion is sent)
+        except Answered:  # changed since it was listed (409), or gone (404)
             return False
         return True
 

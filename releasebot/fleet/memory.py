@@ -163,13 +163,15 @@ class MemoryFleetSource:
                 annotations.pop(GATE_VERSION_ANNOTATION, None)
             self._bump(metadata)
 
-    def set_proof(self, node: str) -> bool:
+    def set_proof(self, node: str, resource_version: str | None = None) -> bool:
         _addressable("set the driver proof of", node)
         with self._lock:
             found = self._node(node)
             if found is None:
                 return False
             metadata = found.setdefault("metadata", {})
+            if resource_version is not None and metadata.get("resourceVersion") != resource_version:
+                return False
             metadata.setdefault("annotations", {})[self._proof_annotation] = "true"
             self._bump(metadata)
             return True

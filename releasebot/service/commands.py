@@ -217,8 +217,12 @@ class CommandService:
                 f"I don't know `{command.tag}`: no plan or build ever named it. "
                 "`missing` lists the targets."
             )
-        if record.state is TargetState.BUILDING:
-            return message(f"`{record.tag}` is building right now.")
+        if record.state is not TargetState.REFUSED:
+            return message(
+                f"`{record.tag}` is {record.state.value}: `rebuild` is for an image a GPU node "
+                "refused. `retry` starts a failed build; a forced push of a published image "
+                "is only offered by the `releasebot build --force` CLI."
+            )
         target = record.target
         driver, flatcar = target.driver_version.text, target.flatcar_version.text
         return self._launch(

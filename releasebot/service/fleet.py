@@ -36,7 +36,7 @@ from releasebot.domain.operator import DriverMode, OperatorView, driver_mode
 from releasebot.domain.policy import Policy
 from releasebot.domain.ports import FleetSource, NodeAnnotator, StateStore
 from releasebot.domain.proof import ProofState
-from releasebot.domain.versions import FlatcarVersion
+from releasebot.domain.versions import Arch, FlatcarVersion
 from releasebot.service.fleet_alerts import FleetAlerts
 from releasebot.service.proof import ProofOutcome, ProofService
 
@@ -183,12 +183,14 @@ class FleetService:
         if self._alerts is not None:
             self._alerts.exposures(outcome.coverage.exposures, complete=snapshot.unsure is None)
         if self._annotator is not None and snapshot.nodes is not None:
-            proving = {}
+            proving: dict[tuple[str, Arch], str] = {}
             if proof is not None:
                 proving = {
-                    record.tag: record.node
+                    (record.tag, record.arch): record.node
                     for record in proof.records
-                    if record.state is ProofState.PROVING and record.tag is not None
+                    if record.state is ProofState.PROVING
+                    and record.tag is not None
+                    and record.arch is not None
                 }
             outcome.gates = decide_gates(
                 snapshot.nodes,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from releasebot.domain.builds import BuildState
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.events import Event, proven_event, refused_event
 from releasebot.domain.fleet import FleetNode, ParsedNode
@@ -105,10 +106,12 @@ class ProofService:
             if not isinstance(node, FleetNode):
                 continue
             record = kept.get(node.name)
-            if node.fluo.after_reboot and node.address != node.name:
+            if node.address != node.name:
                 continue  # not addressable (the listing said why): nothing read or written
             if node.fluo.after_reboot:
-                later = self._after_reboot(node, record, entries.get(node.name), records, outcome)
+                later = self._after_reboot(
+                    node, record, entries.get(node.name), records, outcome, plan.operator_known
+                )
                 if later is None:
                     continue
                 decision, refusal_events, target = later
@@ -119,19 +122,21 @@ class ProofService:
                 if decision.record != record:
                     saved.append(decision.record)
                 kept[node.name] = decision.record
-            elif node.fluo.before_reboot:
-                expected = _expected(entries.get(node.name), records, pending=True)
-                armed = arm(node, record, expected, now)
-                if record is None or replace(record, updated_at=now) != armed:
-                    saved.append(armed)
-                kept[node.name] = armed
-            elif record is not None and record.state is ProofState.PROVING:
+            elif record is not None and record.state in (ProofState.PROVING, ProofState.REFUSED):
                 # FLUO went on without releasebot's proof: someone set the annotation.
                 why = "FLUO went on without releasebot's proof (the annotation was set by hand)"
                 log.info("proof of %s: %s", node.name, why)
                 gone = replace(record, state=ProofState.RELEASED, reason=why, updated_at=now)
                 saved.append(gone)
                 kept[node.name] = gone
+            elif node.fluo.before_reboot or node.pending_version is not None:
+                # Noted from the moment an update waits for its reboot, not only when FLUO
+                # asks for it: without a before-reboot annotation FLUO does not wait.
+                expected = _expected(entries.get(node.name), records, pending=True)
+                armed = arm(node, record, expected, now)
+                if record is None or replace(record, updated_at=now) != armed:
+                    saved.append(armed)
+                kept[node.name] = armed
         outcome.records = [kept[name] for name in sorted(kept)]
         outcome.changed = changed
         if not self._dry_run and (saved or removed or changed or events):
@@ -147,6 +152,7 @@ class ProofService:
         entry: NodeNeeds | None,
         records: Mapping[str, TargetRecord],
         outcome: ProofOutcome,
+        operator_known: bool = True,
     ) -> tuple[ProofDecision, list[Event], TargetRecord | None] | None:
         now = self._clock()
         done = (ProofState.PROVEN, ProofState.RELEASED, ProofState.NOT_JUDGED)
@@ -154,17 +160,25 @@ class ProofService:
             return None  # proven (or its owner's): nothing to do until the next reboot
         expected = _expected(entry, records, pending=False, arch_digests=self._digests(node))
         pods: Sequence[OperatorPod] | str = ()
-        if node.is_gpu and expected.ours and not _final(record, node):
+        if node.is_gpu and not operator_known:  # which image the node needs is a guess
+            pods = "the GPU Operator's objects could not be read"
+        elif node.is_gpu and expected.ours and not _final(record, node):
             pods = self._read_pods(node, outcome)
         decision = decide_proof(node, record, pods, expected, rules=self._rules, now=now)
         if decision.annotate and not self._dry_run and self._annotator is not None:
+            written = False
             try:
                 outcome.calls += 1
-                if not self._annotator.set_proof(node.name):
-                    log.info("proof of %s: the node is gone", node.name)
+                # On the Node as it was judged: a second reboot, lost GPUs or upgrade-failed
+                # since the listing make the API server refuse it (409); judged again then.
+                written = self._annotator.set_proof(node.name, node.resource_version)
             except ReleasebotError as error:
                 outcome.errors.append(f"proof of {node.name}: {error}")
                 log.warning("proof of %s: cannot set the annotation: %s", node.name, error)
+            if not written and decision.newly:  # not proven until written: judged again
+                log.info("proof of %s: the node changed since it was read", node.name)
+                held = replace(decision.record, state=ProofState.PROVING, reason=decision.why)
+                return ProofDecision(held, Verdict.WAIT, decision.why), [], None
         events: list[Event] = []
         target: TargetRecord | None = None
         if decision.newly:
@@ -222,12 +236,18 @@ class ProofService:
             return None
         return tail or None
 
-    def _digests(self, node: FleetNode) -> Callable[[str], frozenset[str]]:
-        def digests(tag: str) -> frozenset[str]:
+    def _digests(self, node: FleetNode) -> Callable[[TargetRecord], frozenset[str]]:
+        """The digests of the node's arch that the published tag's own attempt built (an
+        index's child): an older attempt's image is not what was verified."""
+
+        def digests(record: TargetRecord) -> frozenset[str]:
             return frozenset(
                 build.digest
-                for build in self._store.builds(tag=tag)
-                if build.digest is not None and build.arch is node.arch
+                for build in self._store.builds(tag=record.tag)
+                if build.digest is not None
+                and build.arch is node.arch
+                and build.attempt == record.attempts
+                and build.state is BuildState.SUCCEEDED
             )
 
         return digests
@@ -237,7 +257,7 @@ def _final(record: ProofRecord | None, node: FleetNode) -> bool:
     """A proof already decided for this boot needs no pods."""
     if record is None or record.state not in (ProofState.PROVEN, ProofState.REFUSED):
         return False
-    return record.boot_id is None or node.boot_id is None or record.boot_id == node.boot_id
+    return record.boot_id is not None and record.boot_id == node.boot_id
 
 
 def _expected(
@@ -245,7 +265,7 @@ def _expected(
     records: Mapping[str, TargetRecord],
     *,
     pending: bool,
-    arch_digests: Callable[[str], frozenset[str]] | None = None,
+    arch_digests: Callable[[TargetRecord], frozenset[str]] | None = None,
 ) -> Expected:
     """What the node needs for the version it reboots into (``pending``) or, back from its
     reboot, runs: by the pool the operator puts it in (``fleet_plan``)."""
@@ -262,7 +282,7 @@ def _expected(
         if source is not None and why is not None and "digest" in why:
             return Expected(None, ours=False, why=why)
         return Expected(None, why=why)
-    digests: set[str] = set()
+    by_digest: dict[str, str] = {}
     published = False
     why = None
     for need in tagged:
@@ -271,16 +291,21 @@ def _expected(
         if record is None:
             why = why or f"{need.tag} is not planned yet"
             continue
-        if record.digest:
-            digests.add(record.digest)
-        if arch_digests is not None:
-            digests |= arch_digests(need.tag)
         if record.state is TargetState.PUBLISHED:
             published = True
+            # Only what was verified: the published digest and its own attempt's images.
+            verified = {record.digest} if record.digest else set()
+            if arch_digests is not None:
+                verified |= arch_digests(record)
+            by_digest.update(dict.fromkeys(verified, need.tag))
         elif record.state is TargetState.REFUSED:
             why = why or f"{need.tag} was refused on {record.last_error or 'another node'}"
         else:
             why = why or f"{need.tag} is {record.state.value}, not published and verified"
     return Expected(
-        tagged[0].tag, frozenset(digests), published=published, why=None if published else why
+        tagged[0].tag,
+        frozenset(by_digest),
+        published=published,
+        why=None if published else why,
+        by_digest=by_digest,
     )

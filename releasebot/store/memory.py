@@ -374,12 +374,12 @@ class MemoryStateStore:
             )
             for record in proofs
         ]
+        self.save(targets=targets, events=events)  # checked first: it may refuse them
         with self._lock:
             for name in removed:
                 self._proofs.pop(name, None)
             for record in kept:
                 self._proofs[record.node] = record
-        self.save(targets=targets, events=events)
 
     def _row(self, event_id: int) -> _Row | None:
         """The outbox row with ``event_id`` (ids are positions plus one, never reused)."""

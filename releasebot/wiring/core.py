@@ -218,6 +218,7 @@ def fleet_service(
                 selector=fleet.selector,
                 page_size=fleet.page_size,
                 gate_annotation=fleet.gate_annotation,
+                proof_annotation=fleet.proof_annotation,
                 sleep=sleep,
             )
             writer = KubernetesNodeAnnotator(

@@ -200,6 +200,13 @@ def test_a_good_image_is_proven_and_the_next_node_may_go(proving: Proving) -> No
     assert target.proven_at is not None
     assert gauge(metrics, "releasebot_images_proven") == 1
 
+    commands = CommandService(
+        store=rig.store, reconciler=rig.service(), clock=rig.clock, annotator=proving.annotator
+    )
+    answer = json.dumps(commands.run(Command(Verb.REBUILD, tag=PENDING), "U123"))
+    assert "`rebuild` is for an image a GPU node refused" in answer  # a proven image stays
+    assert rig.target(PENDING).state is TargetState.PUBLISHED
+
     assert fluo.step() == "gpu-0 done"
     assert fluo.step() == "wants to reboot gpu-1"
     cycle(rig)

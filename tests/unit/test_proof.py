@@ -321,3 +321,52 @@ def test_hostile_pods_parse_without_raising(raw: Any) -> None:
     if pod is not None:
         assert len(pod.containers) <= 32
         assert all(c.restarts >= 0 for c in pod.containers)
+
+
+def test_time_the_pods_cannot_be_read_is_left_out_of_the_deadline_and_breaks_the_soak() -> None:
+    first = decide_proof(node(), armed(), HEALTHY, EXPECTED, rules=RULES, now=T0)
+    assert first.record.healthy_since == T0
+    blind = T0 + timedelta(minutes=40)
+    gap = decide_proof(node(), first.record, "forbidden", EXPECTED, rules=RULES, now=blind)
+    assert gap.record.healthy_since is None  # nothing seen: the soak starts again
+    starting = pods(
+        driver_pod("gpu-0", image=IMAGE, digest=DIGEST, state="starting"), validator_pod("gpu-0")
+    )
+    back = blind + timedelta(minutes=1)
+    again = decide_proof(node(), gap.record, starting, EXPECTED, rules=RULES, now=back)
+    assert again.verdict is Verdict.WAIT  # 41 minutes since the reboot, 1 of them seen
+    assert again.refusal is None
+
+
+def test_a_crash_of_another_digest_does_not_blame_the_image() -> None:
+    other = pods(driver_pod("gpu-0", image=IMAGE, digest=digest_of("old"), state="crashloop"))
+    decision = decide_proof(node(), armed(), other, EXPECTED, rules=RULES, now=T0)
+    assert decision.verdict is Verdict.REFUSED
+    assert decision.refusal is not None
+    assert decision.refusal.image is False
+
+
+def test_of_several_images_the_one_the_node_runs_is_judged() -> None:
+    other_tag, other_digest = "580.178.04-flatcar4593.2.5", digest_of("580")
+    both = Expected(
+        TAG,
+        frozenset({DIGEST, other_digest}),
+        published=True,
+        by_digest={DIGEST: TAG, other_digest: other_tag},
+    )
+    crashing = pods(driver_pod("gpu-0", image=IMAGE, digest=other_digest, state="crashloop"))
+    decision = decide_proof(node(), armed(), crashing, both, rules=RULES, now=T0)
+    assert decision.refusal is not None
+    assert (decision.refusal.tag, decision.refusal.image) == (other_tag, True)
+
+
+def test_a_proven_node_without_its_annotation_and_no_boot_id_is_proven_again() -> None:
+    first = decide_proof(node(boot_id=""), armed(), HEALTHY, EXPECTED, rules=RULES, now=T0)
+    done = decide_proof(
+        node(boot_id=""), first.record, HEALTHY, EXPECTED, rules=RULES, now=T0 + RULES.soak
+    )
+    assert done.record.state is ProofState.PROVEN
+    later = T0 + timedelta(days=1)  # a reboot nobody saw: no boot ID to tell it apart
+    again = decide_proof(node(boot_id=""), done.record, HEALTHY, EXPECTED, rules=RULES, now=later)
+    assert (again.verdict, again.annotate) == (Verdict.WAIT, False)
+    assert again.record.started_at == later

@@ -19,13 +19,15 @@ from typing import Any
 
 from slack_sdk.models.blocks import Block
 
+from releasebot.domain.builds import BuildRecord, BuildState
 from releasebot.domain.coverage import fleet_coverage
 from releasebot.domain.events import EventKind, proven_event, refused_event
 from releasebot.domain.fleet import DEFAULT_PROOF_ANNOTATION, parse_node
 from releasebot.domain.gate import GateMove, decide_gates
 from releasebot.domain.lifecycle import mark_published
 from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.proof import ProofRules, ProofState
+from releasebot.domain.proof import ProofRecord, ProofRules, ProofState
+from releasebot.domain.versions import Arch
 from releasebot.fleet.memory import MemoryFleetSource
 from releasebot.notify.render import render_message
 from releasebot.service.proof import ProofService
@@ -78,81 +80,147 @@ def step(prover: ProofService, fleet: MemoryFleetSource, store: MemoryStateStore
     return prover.step(plan(*[r for r in raw if r is not None]), nodes, records)
 
 
+class Scene:
+    """gpu-0 on 4593.2.4, FLUO waiting to reboot it into 4593.2.5, whose image is
+    published with ``DIGEST``; the service has armed it."""
+
+    def __init__(self, **before: Any) -> None:
+        self.store, self.clock = MemoryStateStore(), Clock()
+        options: dict[str, Any] = {"pending": "4593.2.5", "before_reboot": True, **before}
+        node = gpu_node("gpu-0", "4593.2.4", **options)
+        published(self.store, node)
+        self.fleet = MemoryFleetSource([node])
+        self.prover = service(self.fleet, self.store, self.clock)
+        self.step()
+
+    def step(self) -> Any:
+        return step(self.prover, self.fleet, self.store)
+
+    def reboot(self, *pods: dict[str, Any], **after: Any) -> None:
+        """FLUO rebooted it: back on 4593.2.5, the operator's ``pods`` on it."""
+        options: dict[str, Any] = {"after_reboot": True, "boot_id": "b2", **after}
+        self.fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", **options)])
+        self.fleet.set_pods("gpu-0", list(pods))
+
+    def annotations(self) -> dict[str, str]:
+        node = self.fleet.node("gpu-0")
+        assert node is not None
+        return dict(node["metadata"].get("annotations", {}))
+
+    def proof(self) -> ProofRecord:
+        [record] = self.store.proofs()
+        return record
+
+    def target(self) -> TargetRecord:
+        record = self.store.target(TAG)
+        assert record is not None
+        return record
+
+
+def running(state: Any = "ready", digest: str = DIGEST) -> list[dict[str, Any]]:
+    return [driver_pod("gpu-0", image=IMAGE, digest=digest, state=state), validator_pod("gpu-0")]
+
+
 def test_armed_then_proven_marks_the_image_once_and_edits_its_message() -> None:
-    store, clock = MemoryStateStore(), Clock()
-    before = gpu_node("gpu-0", "4593.2.4", pending="4593.2.5", before_reboot=True, gpus=4)
-    published(store, before)
-    fleet = MemoryFleetSource([before])
-    prover = service(fleet, store, clock)
-    step(prover, fleet, store)
-    [armed] = store.proofs()
-    assert (armed.state, armed.gpus_before, armed.tag) == (ProofState.ARMED, 4, TAG)
-
-    fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", after_reboot=True, gpus=4, boot_id="b2")])
-    fleet.set_pods(
-        "gpu-0", [driver_pod("gpu-0", image=IMAGE, digest=DIGEST), validator_pod("gpu-0")]
-    )
-    step(prover, fleet, store)  # healthy: with no soak, proven at once
-    node = fleet.node("gpu-0")
-    assert node is not None
-    assert node["metadata"]["annotations"][DEFAULT_PROOF_ANNOTATION] == "true"
-    target = store.target(TAG)
-    assert target is not None
+    scene = Scene(gpus=4)
+    assert (scene.proof().state, scene.proof().gpus_before) == (ProofState.ARMED, 4)
+    assert scene.proof().tag == TAG
+    scene.reboot(*running(), gpus=4)
+    scene.step()  # healthy: with no soak, proven at once
+    assert scene.annotations()[DEFAULT_PROOF_ANNOTATION] == "true"
+    target = scene.target()
     assert (target.proven_node, target.proven_at) == ("gpu-0", T0)
-    [event] = [e.event for e in store.pending_events(T0) if e.event.kind is EventKind.IMAGE_PROVEN]
+    events = scene.store.pending_events(T0)
+    [event] = [e.event for e in events if e.event.kind is EventKind.IMAGE_PROVEN]
     assert event.message_key == f"{TAG}#{target.attempts}"  # the build's own message
-
-    clock.now += timedelta(minutes=5)
-    outcome = step(prover, fleet, store)  # proven and annotated: nothing more is read
+    scene.clock.now += timedelta(minutes=5)
+    outcome = scene.step()  # proven and annotated: nothing more is read
     assert outcome.calls == 0
-    assert len(store.pending_events(clock.now)) == 1
+    assert len(scene.store.pending_events(scene.clock.now)) == 1
+
+
+def test_an_update_waiting_for_its_reboot_is_armed_before_fluo_asks() -> None:
+    scene = Scene(before_reboot=False, gpus=2)  # FLUO without a before-reboot annotation
+    assert (scene.proof().state, scene.proof().gpus_before) == (ProofState.ARMED, 2)
 
 
 def test_a_refusal_blames_the_image_and_keeps_the_log() -> None:
-    store, clock = MemoryStateStore(), Clock()
-    before = gpu_node("gpu-0", "4593.2.4", pending="4593.2.5", before_reboot=True)
-    published(store, before)
-    fleet = MemoryFleetSource([before])
-    prover = service(fleet, store, clock)
-    step(prover, fleet, store)
-    fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", after_reboot=True, boot_id="b2")])
-    crashing = driver_pod("gpu-0", image=IMAGE, digest=DIGEST, state="crashloop")
-    fleet.set_pods("gpu-0", [crashing, validator_pod("gpu-0")])
-    name = crashing["metadata"]["name"]
-    fleet.set_log("gpu-operator", name, "nvidia-driver-ctr", "modprobe: FATAL\n", previous=True)
-    step(prover, fleet, store)
-    target = store.target(TAG)
-    assert target is not None
-    assert target.state is TargetState.REFUSED
-    [record] = store.proofs()
-    assert record.state is ProofState.REFUSED
-    assert record.log_tail == "modprobe: FATAL"
-    [event] = [e.event for e in store.pending_events(T0)]
+    scene = Scene()
+    crashing = running("crashloop")
+    scene.reboot(*crashing)
+    name = crashing[0]["metadata"]["name"]
+    scene.fleet.set_log(
+        "gpu-operator", name, "nvidia-driver-ctr", "modprobe: FATAL\n", previous=True
+    )
+    scene.step()
+    assert scene.target().state is TargetState.REFUSED
+    assert scene.proof().state is ProofState.REFUSED
+    assert scene.proof().log_tail == "modprobe: FATAL"
+    [event] = [e.event for e in scene.store.pending_events(T0)]
     assert event.kind is EventKind.IMAGE_REFUSED
     assert event.payload["image_refused"] == "yes"
     assert event.payload["log_tail"] == "modprobe: FATAL"
-    node = fleet.node("gpu-0")
-    assert node is not None
-    assert DEFAULT_PROOF_ANNOTATION not in node["metadata"]["annotations"]
-    step(prover, fleet, store)  # told once
-    assert len(store.pending_events(T0)) == 1
+    assert DEFAULT_PROOF_ANNOTATION not in scene.annotations()
+    scene.step()  # told once
+    assert len(scene.store.pending_events(T0)) == 1
+
+
+def test_only_the_published_attempt_s_image_counts_as_verified() -> None:
+    scene = Scene()
+    old = "sha256:" + "0" * 64
+    target = scene.target()
+    scene.store.save(  # an earlier attempt built another image, since replaced
+        builds=[
+            BuildRecord(
+                TAG, Arch.AMD64, target.attempts - 1, "job-old", TAG, BuildState.SUCCEEDED, T0, old
+            )
+        ]
+    )
+    scene.reboot(*running(digest=old))
+    scene.step()
+    assert DEFAULT_PROOF_ANNOTATION not in scene.annotations()
+    assert "not the verified" in (scene.proof().reason or "")
+    assert scene.target().proven_at is None
+
+
+def test_a_node_changed_since_it_was_read_is_judged_again_not_proven() -> None:
+    scene = Scene()
+    scene.reboot(*running())
+    nodes = scene.fleet.nodes().nodes  # read, then the node changes before the patch
+    scene.fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", after_reboot=True, boot_id="b3")])
+    records = {r.tag: r for r in scene.store.targets(required_only=False)}
+    raw = scene.fleet.node("gpu-0")
+    assert raw is not None
+    scene.prover.step(plan(raw), nodes, records)
+    assert DEFAULT_PROOF_ANNOTATION not in scene.annotations()
+    assert scene.proof().state is ProofState.PROVING
+    assert scene.target().proven_at is None
+
+
+def test_the_operator_unread_holds_the_proof() -> None:
+    scene = Scene()
+    scene.reboot(*running())
+    nodes = scene.fleet.nodes().nodes
+    raw = scene.fleet.node("gpu-0")
+    assert raw is not None
+    guess = replace(plan(raw), operator_known=False)
+    records = {r.tag: r for r in scene.store.targets(required_only=False)}
+    outcome = scene.prover.step(guess, nodes, records)
+    assert outcome.calls == 0  # not even the pods: which image it needs is a guess
+    assert DEFAULT_PROOF_ANNOTATION not in scene.annotations()
+    assert "objects could not be read" in (scene.proof().reason or "")
 
 
 def test_a_proof_fluo_left_without_releasebot_is_released() -> None:
-    store, clock = MemoryStateStore(), Clock()
-    before = gpu_node("gpu-0", "4593.2.4", pending="4593.2.5", before_reboot=True)
-    published(store, before)
-    fleet = MemoryFleetSource([before])
-    prover = service(fleet, store, clock)
-    step(prover, fleet, store)
-    fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", after_reboot=True, boot_id="b2")])
-    step(prover, fleet, store)  # no pods yet: proving
-    assert [r.state for r in store.proofs()] == [ProofState.PROVING]
-    fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", boot_id="b2")])  # FLUO went on
-    step(prover, fleet, store)
-    [record] = store.proofs()
-    assert record.state is ProofState.RELEASED
-    assert "by hand" in (record.reason or "")
+    for pods in ((), running("crashloop")):  # proving, and refused
+        scene = Scene()
+        scene.reboot(*pods)
+        scene.step()
+        assert scene.proof().state in (ProofState.PROVING, ProofState.REFUSED)
+        scene.fleet.set_nodes([gpu_node("gpu-0", "4593.2.5", boot_id="b2")])  # FLUO went on
+        scene.step()
+        assert scene.proof().state is ProofState.RELEASED
+        assert "by hand" in (scene.proof().reason or "")
 
 
 def test_a_node_deleted_mid_proof_loses_its_record_and_a_dry_run_writes_nothing() -> None:
@@ -170,17 +238,13 @@ def test_a_node_deleted_mid_proof_loses_its_record_and_a_dry_run_writes_nothing(
 
 
 def test_a_node_missing_from_a_listing_that_is_not_whole_keeps_its_record() -> None:
-    store, clock = MemoryStateStore(), Clock()
-    before = gpu_node("gpu-0", "4593.2.4", pending="4593.2.5", before_reboot=True)
-    published(store, before)
-    fleet = MemoryFleetSource([before])
-    step(service(fleet, store, clock), fleet, store)
-    assert [r.node for r in store.proofs()] == ["gpu-0"]
-    outcome = service(fleet, store, clock).step(plan(), (), {}, complete=False)
-    assert [r.node for r in store.proofs()] == ["gpu-0"]  # not seen is not gone
+    scene = Scene()
+    prover = service(scene.fleet, scene.store, scene.clock)
+    outcome = prover.step(plan(), (), {}, complete=False)
+    assert [r.node for r in scene.store.proofs()] == ["gpu-0"]  # not seen is not gone
     assert [r.node for r in outcome.records] == ["gpu-0"]
-    service(fleet, store, clock).step(plan(), (), {})  # a whole listing without it: gone
-    assert store.proofs() == []
+    prover.step(plan(), (), {})  # a whole listing without it: gone
+    assert scene.store.proofs() == []
 
 
 def test_the_gate_lets_one_canary_through_until_the_image_is_proven() -> None:
@@ -196,7 +260,11 @@ def test_the_gate_lets_one_canary_through_until_the_image_is_proven() -> None:
     assert (held.node, held.move) == ("gpu-1", None)
     assert held.why == f"{TAG}: waiting for gpu-0 to prove it first"
     _, still = decide_gates(
-        nodes, coverage, operator_known=True, requires_proof=True, proving={TAG: "gpu-0"}
+        nodes,
+        coverage,
+        operator_known=True,
+        requires_proof=True,
+        proving={(TAG, Arch.AMD64): "gpu-0"},
     )
     assert still.move is None
     proven = fleet_coverage(result, {TAG: replace(record, proven_at=T0, proven_node="gpu-0")})
