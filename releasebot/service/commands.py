@@ -25,7 +25,7 @@ from releasebot.domain.commands import HELP_TEXT, Command, Verb
 from releasebot.domain.decisions import Action
 from releasebot.domain.errors import ReleasebotError, TargetBusyError
 from releasebot.domain.lifecycle import NextStep, is_outstanding, next_step
-from releasebot.domain.models import TargetState
+from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import NodeAnnotator, StateStore
 from releasebot.domain.proof import ProofState, release
 from releasebot.domain.versions import Arch
@@ -193,7 +193,8 @@ class CommandService:
             user,
         )
 
-    def _retry(self, command: Command, user: str) -> Payload:
+    def _known(self, command: Command) -> TargetRecord | Payload:
+        """The stored target ``command`` names, or the answer that it is unknown."""
         assert command.tag is not None
         record = self._store.target(command.tag)
         if record is None:
@@ -201,6 +202,12 @@ class CommandService:
                 f"I don't know `{command.tag}`: no plan or build ever named it. "
                 "`missing` lists the targets."
             )
+        return record
+
+    def _retry(self, command: Command, user: str) -> Payload:
+        record = self._known(command)
+        if not isinstance(record, TargetRecord):
+            return record
         if record.state is TargetState.PUBLISHED:
             return message(
                 f"`{record.tag}` is already published ({record.digest or 'digest not read'})."
@@ -210,13 +217,9 @@ class CommandService:
         return self._launch(lambda: self._reconciler.retry(record), user)
 
     def _rebuild(self, command: Command, user: str) -> Payload:
-        assert command.tag is not None
-        record = self._store.target(command.tag)
-        if record is None:
-            return message(
-                f"I don't know `{command.tag}`: no plan or build ever named it. "
-                "`missing` lists the targets."
-            )
+        record = self._known(command)
+        if not isinstance(record, TargetRecord):
+            return record
         if record.state is not TargetState.REFUSED:
             return message(
                 f"`{record.tag}` is {record.state.value}: `rebuild` is for an image a GPU node "

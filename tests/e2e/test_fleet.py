@@ -99,6 +99,13 @@ def with_fleet(
         annotator=annotator,
         alerts=slack,
     )
+    plan_with(rig, fleet)
+    return fleet
+
+
+def plan_with(rig: Rig, fleet: FleetService) -> None:
+    """The rig's planner, reading the fleet through ``fleet`` (and the channels its nodes
+    follow from the rig's feed server)."""
     old = rig.planner
     rig.planner = PlanService(
         store=rig.store,
@@ -114,7 +121,6 @@ def with_fleet(
             channel, rig.feeds.url(f"/releases-{channel}.json")
         ),
     )
-    return fleet
 
 
 def delivery(rig: Rig, slack: SlackApi) -> NotificationService:

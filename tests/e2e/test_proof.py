@@ -41,9 +41,8 @@ from releasebot.fleet.pods import KubernetesPodSource
 from releasebot.service.commands import CommandService
 from releasebot.service.fleet import FleetService
 from releasebot.service.metrics import ServiceMetrics
-from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.proof import ProofService
-from tests.e2e.test_fleet import PENDING, cycle, delivery, gauge
+from tests.e2e.test_fleet import PENDING, cycle, delivery, gauge, plan_with
 from tests.e2e.test_reconcile import Rig, _rig, feeds  # noqa: F401 (a fixture)
 from tests.support.feedserver import FeedServer
 from tests.support.fleetnodes import gpu_node
@@ -103,21 +102,7 @@ class Proving:
             prover=prover,
             requires_proof=self.requires_proof,
         )
-        old = rig.planner
-        rig.planner = PlanService(
-            store=rig.store,
-            fetcher=old._fetcher,
-            flatcar_feeds=old._flatcar_feeds,
-            nvidia_feed=old._nvidia_feed,
-            parse_flatcar=old._parse_flatcar,
-            parse_nvidia=old._parse_nvidia,
-            policy=old._policy,
-            clock=rig.clock,
-            fleet=fleet,
-            channel_feed=lambda channel: FeedSpec.flatcar(
-                channel, rig.feeds.url(f"/releases-{channel}.json")
-            ),
-        )
+        plan_with(rig, fleet)
         self.fleet = fleet
         return fleet
 
