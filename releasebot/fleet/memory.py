@@ -142,7 +142,7 @@ class MemoryFleetSource:
             if found is None:
                 return False
             metadata = found.setdefault("metadata", {})
-            if resource_version is not None and metadata.get("resourceVersion") != resource_version:
+            if _changed(metadata, resource_version):
                 return False
             annotations = metadata.setdefault("annotations", {})
             annotations[self._gate_annotation] = "true"
@@ -170,7 +170,7 @@ class MemoryFleetSource:
             if found is None:
                 return False
             metadata = found.setdefault("metadata", {})
-            if resource_version is not None and metadata.get("resourceVersion") != resource_version:
+            if _changed(metadata, resource_version):
                 return False
             metadata.setdefault("annotations", {})[self._proof_annotation] = "true"
             self._bump(metadata)
@@ -268,6 +268,11 @@ class MemoryFleetSource:
     def _bump(self, metadata: dict[str, Any]) -> None:
         self._revision += 1
         metadata["resourceVersion"] = str(self._revision)
+
+
+def _changed(metadata: Mapping[str, object], resource_version: str | None) -> bool:
+    """The Node is no longer at ``resource_version`` (a conditional write is refused)."""
+    return resource_version is not None and metadata.get("resourceVersion") != resource_version
 
 
 def _metadata(obj: RawObject) -> Mapping[str, object]:
