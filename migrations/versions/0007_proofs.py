@@ -7,7 +7,8 @@ Create Date: 2026-12-02
 ``proofs`` keeps, per node, what releasebot noted before FLUO rebooted it (the GPUs it
 offered, its boot ID) and how the proof after the reboot stands (``domain/proof.py``), so a
 restart or a leader change resumes a proof instead of starting it over. ``targets`` gains
-``proven_at`` and ``proven_node``: the first node that proved the image. The ``refused``
+``proven_at`` and ``proven_node`` (the first node that proved the image) and
+``proven_arches`` (every arch a node proved it on: the gate's canary is per arch). The ``refused``
 state needs no schema change (``targets.state`` is text).
 """
 
@@ -28,6 +29,7 @@ def upgrade() -> None:
     with op.batch_alter_table("targets") as batch:
         batch.add_column(sa.Column("proven_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("proven_node", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("proven_arches", sa.Text(), nullable=False, server_default=""))
     op.create_table(
         "proofs",
         sa.Column("node", sa.String(length=253), nullable=False),
@@ -53,5 +55,6 @@ def downgrade() -> None:
     # ALTER TABLE ... DROP COLUMN in place (SQLite 3.35 and later, PostgreSQL): a copy of
     # ``targets`` would have to be dropped, which the builds' foreign key refuses.
     with op.batch_alter_table("targets", recreate="never") as batch:
+        batch.drop_column("proven_arches")
         batch.drop_column("proven_node")
         batch.drop_column("proven_at")

@@ -79,7 +79,8 @@ class ImageCoverage:
     """The target's lifecycle state, if releasebot has one for the tag."""
     problem: str | None = None
     proven: bool = False
-    """A GPU node proved the image after rebooting into it (the after-reboot proof)."""
+    """A GPU node of this arch proved the image after rebooting into it (the after-reboot
+    proof)."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def _image(need: Need, records: Mapping[str, TargetRecord]) -> ImageCoverage:
         verdict = Verdict.MISSING
     else:
         verdict = _BY_STATE[state]
-    proven = record is not None and record.proven_at is not None
+    proven = record is not None and need.arch in record.proven_arches
     return ImageCoverage(need.tag, need.flatcar, need.pending, verdict, state, need.problem, proven)
 
 

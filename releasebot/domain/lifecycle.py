@@ -118,6 +118,7 @@ def mark_published(record: TargetRecord, digest: str | None, now: datetime) -> T
         updated_at=now,
         proven_at=None if rebuilt else record.proven_at,
         proven_node=None if rebuilt else record.proven_node,
+        proven_arches=frozenset() if rebuilt else record.proven_arches,
     )
 
 

@@ -229,6 +229,8 @@ class TargetRecord:
     """When a GPU node first proved this image after rebooting into it (the after-reboot
     proof); cleared when the tag is published again (a rebuild must be proven again)."""
     proven_node: str | None = None
+    proven_arches: frozenset[Arch] = frozenset()
+    """The arches a GPU node proved the image on: the gate's canary rule is per arch."""
 
     @property
     def tag(self) -> str:

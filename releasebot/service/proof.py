@@ -186,9 +186,17 @@ class ProofService:
             log.log(level, "proof of %s: %s: %s", node.name, decision.verdict, decision.why)
         if decision.newly and decision.verdict is Verdict.PROVEN and expected.tag:
             known = records.get(expected.tag)
-            if known is not None and known.proven_at is None and node.is_gpu:
-                target = replace(known, proven_at=now, proven_node=node.name, updated_at=now)
-                events.append(proven_event(target, node.name, now))
+            if known is not None and node.is_gpu and node.arch not in known.proven_arches:
+                first = known.proven_at is None
+                target = replace(
+                    known,
+                    proven_at=known.proven_at or now,
+                    proven_node=known.proven_node or node.name,
+                    proven_arches=known.proven_arches | {node.arch},
+                    updated_at=now,
+                )
+                if first:  # the build's message says it once
+                    events.append(proven_event(target, node.name, now))
         if decision.newly and decision.refusal is not None:
             refusal = decision.refusal
             tail = self._log_tail(decision, outcome)

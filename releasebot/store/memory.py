@@ -238,6 +238,7 @@ class MemoryStateStore:
                     updated_at=_utc(record.updated_at),
                     proven_at=_utc_or_none(record.proven_at),
                     proven_node=record.proven_node,
+                    proven_arches=record.proven_arches,
                 )
             for build in builds:
                 self._builds[(build.tag, build.arch, build.attempt)] = replace(

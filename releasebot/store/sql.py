@@ -522,6 +522,7 @@ def _target_values(record: TargetRecord) -> Values:
         "budget_start": record.budget_start,
         "proven_at": record.proven_at,
         "proven_node": record.proven_node,
+        "proven_arches": join_arches(record.proven_arches),
     }
 
 
@@ -551,6 +552,7 @@ def _target_record(row: Row[Any]) -> TargetRecord:
         budget_start=row.budget_start,
         proven_at=row.proven_at,
         proven_node=row.proven_node,
+        proven_arches=frozenset(split_arches(row.proven_arches or "")),
     )
 
 
@@ -571,6 +573,7 @@ def _target_status(record: TargetRecord) -> Values:
         "budget_start": record.budget_start,
         "proven_at": record.proven_at,
         "proven_node": record.proven_node,
+        "proven_arches": join_arches(record.proven_arches),
     }
 
 

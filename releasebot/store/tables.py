@@ -217,6 +217,7 @@ targets = Table(
     # The after-reboot proof: when and on which node the image was first proven.
     Column("proven_at", UtcDateTime),
     Column("proven_node", Text),
+    Column("proven_arches", Text, nullable=False, server_default=""),
 )
 
 builds = Table(

@@ -267,11 +267,48 @@ def test_the_gate_lets_one_canary_through_until_the_image_is_proven() -> None:
         proving={(TAG, Arch.AMD64): "gpu-0"},
     )
     assert still.move is None
-    proven = fleet_coverage(result, {TAG: replace(record, proven_at=T0, proven_node="gpu-0")})
+    proven_record = replace(
+        record, proven_at=T0, proven_node="gpu-0", proven_arches=frozenset({Arch.AMD64})
+    )
+    proven = fleet_coverage(result, {TAG: proven_record})
     moves = decide_gates(nodes, proven, operator_known=True, requires_proof=True)
     assert [d.move for d in moves] == [GateMove.OPEN, GateMove.OPEN]
     refused = fleet_coverage(result, {TAG: replace(record, state=TargetState.REFUSED)})
     assert [d.move for d in decide_gates(nodes, refused, operator_known=True)] == [None, None]
+
+
+def test_the_canary_and_the_proof_are_per_arch() -> None:
+    raw = [
+        gpu_node(f"gpu-{n}", "4593.2.4", pending="4593.2.5", before_reboot=True, arch=arch)
+        for n, arch in ((0, "amd64"), (1, "arm64"), (2, "arm64"))
+    ]
+    result = plan(*raw)
+    targets = {t.tag: t for t in result.targets}
+    record = replace(
+        TargetRecord.new(targets[TAG], now=T0),
+        state=TargetState.PUBLISHED,
+        proven_at=T0,
+        proven_node="gpu-0",
+        proven_arches=frozenset({Arch.AMD64}),  # an amd64 node proved it
+    )
+    nodes = [parse_node(node) for node in raw]
+    coverage = fleet_coverage(result, {TAG: record})
+    amd, arm_canary, arm_held = decide_gates(
+        nodes, coverage, operator_known=True, requires_proof=True
+    )
+    assert (amd.move, amd.why.endswith(", proven")) == (GateMove.OPEN, True)
+    assert (arm_canary.node, arm_canary.move) == ("gpu-1", GateMove.OPEN)
+    assert "canary" in arm_canary.why
+    assert (arm_held.node, arm_held.move) == ("gpu-2", None)
+
+
+def test_a_proof_marks_the_arch_it_was_proven_on() -> None:
+    scene = Scene()
+    scene.reboot(*running())
+    scene.step()
+    target = scene.target()
+    assert target.proven_arches == {Arch.AMD64}
+    assert len(scene.store.pending_events(T0)) == 1
 
 
 def test_a_rebuilt_image_must_be_proven_again() -> None:
@@ -279,8 +316,13 @@ def test_a_rebuilt_image_must_be_proven_again() -> None:
     record = TargetRecord.new(result.targets[0], now=T0)
     proven = replace(mark_published(record, DIGEST, T0), proven_at=T0, proven_node="gpu-0")
     assert mark_published(proven, DIGEST, T0).proven_at == T0  # the same image: still proven
+    proven = replace(proven, proven_arches=frozenset({Arch.AMD64}))
     rebuilt = mark_published(proven, "sha256:" + "6" * 64, T0)
-    assert (rebuilt.proven_at, rebuilt.proven_node) == (None, None)
+    assert (rebuilt.proven_at, rebuilt.proven_node, rebuilt.proven_arches) == (
+        None,
+        None,
+        frozenset(),
+    )
 
 
 def test_the_messages_of_a_proof_and_a_refusal_are_valid_and_say_what_to_do() -> None:
