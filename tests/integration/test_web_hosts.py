@@ -25,6 +25,7 @@ from releasebot.wiring.core import open_store, utc_now
 from releasebot.wiring.web import overview_app
 from tests.hostile.conftest import assert_clean_line
 from tests.support.overview import seed_overview
+from tests.support.tools import missing_tool
 
 ROUTES = [
     ("GET", "/"),
@@ -216,12 +217,12 @@ def test_on_one_address_another_ip_is_refused(store: SqlStateStore) -> None:
 
 def test_an_ipv6_listener_answers_its_own_literal(store: SqlStateStore) -> None:
     if not socket.has_ipv6:
-        pytest.skip("no IPv6 on this machine")
+        missing_tool("this Python has no IPv6 support: the [::1] listener cannot be tested")
     slack = Slack()
     try:
         server = serve(store, "[::1]", slack)
     except OSError:
-        pytest.skip("cannot listen on ::1 here")
+        missing_tool("cannot listen on [::1] (IPv6 loopback disabled on this machine)")
     try:
         family = socket.AF_INET6
         assert ask(server.port, "GET", "/api/feeds", ["[::1]:{port}"], family=family)[0] == 200
