@@ -52,6 +52,9 @@ class Need:
     """Why releasebot cannot build it (no feed lists the version, no such driver...)."""
     unknown_version: bool = False
     """No Flatcar feed releasebot reads lists ``flatcar``."""
+    pinned: bool = False
+    """The operator object pins the driver image by digest: an image releasebot did not
+    build for this version (the after-reboot proof leaves it to its owner)."""
 
     @property
     def buildable(self) -> bool:
@@ -247,7 +250,15 @@ def _version_needs(
     need = (
         _need(node, driver, version, pending, releases)
         if driver is not None
-        else Need(node.name, node.arch, version, pending, None, problem=problem)
+        else Need(
+            node.name,
+            node.arch,
+            version,
+            pending,
+            None,
+            problem=problem,
+            pinned=image.version.startswith("sha256:"),
+        )
     )
     return _VersionNeeds((need,), image.source, None, image.problem, reference)
 

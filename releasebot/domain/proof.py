@@ -324,31 +324,29 @@ def _proving(node: FleetNode, record: ProofRecord | None, now: datetime) -> Proo
     an old proof never vouches for a reboot nobody saw."""
     if record is None or record.state is ProofState.ARMED:
         base = record or ProofRecord(node.name, ProofState.ARMED, now, arch=node.arch)
-        return replace(
-            base,
-            state=ProofState.PROVING,
-            started_at=now,
-            healthy_since=None,
-            boot_id=node.boot_id,
-            reason=None,
-            updated_at=now,
-        )
-    other_boot = record.boot_id is None or node.boot_id is None or node.boot_id != record.boot_id
+        return _started(base, node, now, reason=None)
+    known = record.boot_id is not None and node.boot_id is not None
+    same_boot = known and node.boot_id == record.boot_id
     settled = record.state in (ProofState.PROVEN, ProofState.RELEASED)
-    if (settled and node.proof != "true" and other_boot) or (
-        record.boot_id is not None and node.boot_id is not None and node.boot_id != record.boot_id
-    ):
-        return replace(
-            record,
-            state=ProofState.PROVING,
-            started_at=now,
-            healthy_since=None,
-            boot_id=node.boot_id,
-            reason="rebooted again: the proof starts over",
-            log_tail=None,
-            updated_at=now,
-        )
+    if (known and not same_boot) or (settled and node.proof != "true" and not same_boot):
+        return _started(record, node, now, reason="rebooted again: the proof starts over")
     return record
+
+
+def _started(
+    record: ProofRecord, node: FleetNode, now: datetime, *, reason: str | None
+) -> ProofRecord:
+    """``record`` as a proof that starts now, on the node's current boot."""
+    return replace(
+        record,
+        state=ProofState.PROVING,
+        started_at=now,
+        healthy_since=None,
+        boot_id=node.boot_id,
+        reason=reason,
+        log_tail=None,
+        updated_at=now,
+    )
 
 
 def _judge(

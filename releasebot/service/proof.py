@@ -284,12 +284,9 @@ def _expected(
         return Expected(None, ours=False, why=f"it pulls {foreign}, which releasebot did not build")
     needs = [need for need in entry.needs if need.pending is pending]
     tagged = [need for need in needs if need.tag is not None]
-    source = entry.pending_source if pending else entry.source
     if not tagged:
         why = next((need.problem for need in needs if need.problem), None)
-        if source is not None and why is not None and "digest" in why:
-            return Expected(None, ours=False, why=why)
-        return Expected(None, why=why)
+        return Expected(None, ours=not any(need.pinned for need in needs), why=why)
     by_digest: dict[str, str] = {}
     published = False
     why = None

@@ -57,7 +57,7 @@ def _values(record: ProofRecord) -> dict[str, Any]:
         "healthy_since": record.healthy_since,
         "reason": None if record.reason is None else fit_error(record.reason),
         "pod": record.pod,
-        "log_tail": None if record.log_tail is None else fit_log(record.log_tail),
+        "log_tail": fit_log(record.log_tail),
     }
 
 
