@@ -22,10 +22,17 @@ from releasebot.domain.builds import BuildRecord, BuildState
 from releasebot.domain.events import EventKind, MessageRef, StoredEvent
 from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import FeedState, FlatcarRelease, TargetRecord, TargetState
-from releasebot.domain.overview_fleet import judge_nodes
+from releasebot.domain.overview_fleet import node_counts
 from releasebot.domain.overview_words import Json, cell_words, iso_time, text, text_block
 from releasebot.domain.untrusted import clean
 from releasebot.domain.versions import FlatcarVersion
+
+RECHECK_AFTER_SECONDS = 300.0
+"""How long a view kept by the store's change counters is trusted without reading it again:
+an edit made behind releasebot's back (SQL typed by a person, a restored backup) moves no
+counter, so it shows on the page within five minutes. Each recheck builds again what is
+asked (at 10,000 targets the matrix costs a few hundred milliseconds of CPU): once per five
+minutes, not on every refresh of every tab."""
 
 # -- the matrix -------------------------------------------------------------------------
 
@@ -56,16 +63,7 @@ def matrix_view(
     builds_of: dict[str, list[BuildRecord]] = {}
     for build in builds:
         builds_of.setdefault(build.tag, []).append(build)
-    nodes, _ignored = judge_nodes(fleet, targets)
-    running: dict[str, int] = {}
-    pending: dict[str, int] = {}
-    for node in nodes:
-        version = node.record.state.version
-        if version is not None:
-            running[version] = running.get(version, 0) + 1
-        if node.record.state.pending_version is not None:
-            key = node.record.state.pending_version
-            pending[key] = pending.get(key, 0) + 1
+    running, pending = node_counts(fleet)
     drivers = sorted({r.target.driver_version for r in required}, reverse=True)
     columns = [d.text for d in drivers if driver is None or d.text == driver]
     cells: dict[tuple[str, str], TargetRecord] = {}

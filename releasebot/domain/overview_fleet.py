@@ -22,7 +22,7 @@ Nodes' annotations, so it is the decision, not a reading of the annotation.
 ``first_seen_at``) and when the image stopped being verified (the target's
 ``first_planned_at`` if it was never published, else its ``updated_at``).
 
-Pure, as ``overview.py`` is: the page's matrix counts nodes with ``judge_nodes`` too.
+Pure, as ``overview.py`` is: the page's matrix counts nodes with ``node_counts``.
 """
 
 from __future__ import annotations
@@ -85,6 +85,35 @@ def _needs(
         own = [record for record in matching if record.target.reasons & _FLEET_REASONS]
         memo[key] = own or matching
     return memo[key]
+
+
+def fleet_versions(fleet: Sequence[FleetRecord]) -> frozenset[str]:
+    """The Flatcar versions the GPU nodes of the latest listing run or will reboot into:
+    the only versions whose targets ``fleet_view`` looks at (none without GPU nodes)."""
+    versions: set[str] = set()
+    for seen in current_fleet(fleet):
+        state = seen.state
+        if state.gpu and state.version is not None:
+            versions.add(state.version)
+            if state.pending_version is not None:
+                versions.add(state.pending_version)
+    return frozenset(versions)
+
+
+def node_counts(fleet: Sequence[FleetRecord]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per Flatcar version, the GPU nodes of the latest listing running it and those about
+    to reboot into it (the matrix's rows say so). Counts only: a listing that changes
+    nothing but the nodes' ``last_seen_at`` changes nothing here."""
+    running: dict[str, int] = {}
+    pending: dict[str, int] = {}
+    for seen in current_fleet(fleet):
+        state = seen.state
+        if not state.gpu or state.version is None:
+            continue
+        running[state.version] = running.get(state.version, 0) + 1
+        if state.pending_version is not None:
+            pending[state.pending_version] = pending.get(state.pending_version, 0) + 1
+    return running, pending
 
 
 def _verdict(needed: Sequence[TargetRecord]) -> Verdict:

@@ -7,21 +7,53 @@ that cannot answer raises its own ``ReleasebotError`` (``StoreUnavailableError``
 cannot be reached, ``StoreError`` when it answers with what releasebot cannot read); the
 web layer answers 503 with one line for each, never a traceback.
 
-Deliberately not here: HTTP, query strings, ETags (``web/overview.py``); caching (the
-answers are small and every read is one indexed query).
+What each answer depends on is said here, next to the reads (``READS``): the tables whose
+change counters (``StateStore.revisions``) the web layer compares before it answers from
+what it built last time. Nothing else in an answer moves: no answer holds a relative time
+(the page computes "3 min ago" itself) and the process's options are fixed for its life.
+The matrix counts the GPU nodes per version: a fleet listing that only moved the nodes'
+``last_seen_at`` (every cycle's) changes no count, so ``matrix_basis`` lets the web layer
+keep the matrix it built instead of building 10,000 cells again.
+
+``/api/fleet`` needs the targets only of the versions GPU nodes run or will reboot into
+(``overview_fleet.fleet_versions``), none without GPU nodes: those few are kept, by the
+``targets`` counter, and read again only when it moves, when the nodes' versions are not
+among the kept ones, or after ``recheck_after`` (an edit behind releasebot's back moves no
+counter).
+
+Deliberately not here: HTTP, query strings, ETags, the cache of built answers
+(``web/overview.py``, ``web/answers.py``).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from releasebot.domain import overview, overview_fleet
 from releasebot.domain.events import build_key
-from releasebot.domain.models import FlatcarRelease, TargetState
+from releasebot.domain.models import FlatcarRelease, TargetRecord, TargetState
+from releasebot.domain.overview import RECHECK_AFTER_SECONDS
 from releasebot.domain.overview_words import Json
 from releasebot.domain.ports import StateStore
 
 FLATCAR_FEED_PREFIX = "flatcar/"
+_RELEASES = ("flatcar_releases", "flatcar_feed_entries")
+"""What ``_releases`` reads besides the feed names: a Flatcar feed's releases are written
+with its entries (``record_flatcar_feed``), and a feed row without entries adds none, so
+the ``feeds`` counter (moved by every poll) is not among them."""
+READS: Mapping[str, tuple[str, ...]] = {
+    "targets": ("targets", "builds", "fleet_nodes", *_RELEASES),
+    "target": ("targets", "builds", "outbox", "message_refs", *_RELEASES),
+    "fleet": ("fleet_nodes", "targets"),
+    "feeds": ("feeds",),
+}
+"""Per question, the tables its answer is read from (``StateStore.revisions`` names)."""
+BASIS_TABLES: Mapping[str, tuple[str, ...]] = {"targets": ("fleet_nodes",)}
+"""Per question, tables it reads only in part: when nothing else moved, the question's
+basis (``matrix_basis``) says whether the answer changed."""
 
 
 @dataclass(frozen=True)
@@ -32,12 +64,42 @@ class OverviewOptions:
     """Whether the reboot gate is on (the page shows each node's gate then)."""
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """The required targets of some Flatcar versions as read at one ``targets`` counter."""
+
+    revision: int
+    versions: frozenset[str]
+    records: tuple[TargetRecord, ...]
+    read_at: float
+
+
 class OverviewService:
     """The page's questions, answered from the store."""
 
-    def __init__(self, store: StateStore, options: OverviewOptions) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        options: OverviewOptions,
+        *,
+        recheck_after: float = RECHECK_AFTER_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
         self._options = options
+        self.recheck_after = recheck_after
+        self._monotonic = monotonic
+        self._kept: _Kept | None = None
+        self._kept_lock = threading.Lock()
+
+    def revisions(self) -> dict[str, int]:
+        """The store's change counters (one small read)."""
+        return self._store.revisions()
+
+    def reads(self, question: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The tables ``question``'s answer is read from, and those of them it reads only in
+        part (``matrix_basis`` says whether they changed the answer)."""
+        return READS[question], BASIS_TABLES.get(question, ())
 
     def targets(
         self,
@@ -46,48 +108,67 @@ class OverviewService:
         flatcar: str | None = None,
         driver: str | None = None,
     ) -> Json:
-        def read() -> Json:
-            return overview.matrix_view(
-                self._store.targets(),
-                self._store.fleet_nodes(),
-                self._releases(),
-                builds=self._store.builds(),
-                state=state,
-                flatcar=flatcar,
-                driver=driver,
-            )
+        return overview.matrix_view(
+            self._store.targets(),
+            self._store.fleet_nodes(),
+            self._releases(),
+            builds=self._store.builds(),
+            state=state,
+            flatcar=flatcar,
+            driver=driver,
+        )
 
-        return read()
+    def matrix_basis(self) -> Hashable:
+        """What the matrix takes from ``fleet_nodes``: the node counts per version."""
+        running, pending = overview_fleet.node_counts(self._store.fleet_nodes())
+        return (tuple(sorted(running.items())), tuple(sorted(pending.items())))
 
     def target(self, tag: str) -> Json | None:
         """One target's detail; ``None`` when the store has no such tag."""
-
-        def read() -> Json | None:
-            record = self._store.target(tag)
-            if record is None:
-                return None
-            key = build_key(record.tag, record.attempts)
-            return overview.target_detail(
-                record,
-                self._store.builds(tag=tag),
-                self._store.outbox_events(key),
-                self._store.message_ref(key),
-                repository=self._options.repository,
-                release=self._releases().get(record.target.flatcar_version.text),
-            )
-
-        return read()
+        record = self._store.target(tag)
+        if record is None:
+            return None
+        key = build_key(record.tag, record.attempts)
+        return overview.target_detail(
+            record,
+            self._store.builds(tag=tag),
+            self._store.outbox_events(key),
+            self._store.message_ref(key),
+            repository=self._options.repository,
+            release=self._releases().get(record.target.flatcar_version.text),
+        )
 
     def fleet(self) -> Json:
-        def read() -> Json:
-            return overview_fleet.fleet_view(
-                self._store.fleet_nodes(), self._store.targets(), gate=self._options.gate
-            )
-
-        return read()
+        """The banner and the GPU nodes; the targets only of the nodes' versions."""
+        revision = self._store.revisions().get("targets", 0)  # before the reads it covers
+        nodes = self._store.fleet_nodes()
+        versions = overview_fleet.fleet_versions(nodes)
+        targets = self._targets_of(versions, revision) if versions else ()
+        return overview_fleet.fleet_view(nodes, targets, gate=self._options.gate)
 
     def feeds(self) -> Json:
         return overview.feeds_view(self._store.feed_states())
+
+    def _targets_of(self, versions: frozenset[str], revision: int) -> tuple[TargetRecord, ...]:
+        """The required targets of ``versions``: those kept when still good, else read."""
+        now = self._monotonic()
+        with self._kept_lock:
+            kept = self._kept
+            if (
+                kept is not None
+                and kept.revision == revision
+                and versions <= kept.versions
+                and now - kept.read_at < self.recheck_after
+            ):
+                return tuple(r for r in kept.records if r.target.flatcar_version.text in versions)
+        records = tuple(
+            record
+            for record in self._store.targets()
+            if record.target.flatcar_version.text in versions
+        )
+        with self._kept_lock:
+            self._kept = _Kept(revision, versions, records, now)
+        return records
 
     def _releases(self) -> dict[str, FlatcarRelease]:
         releases: list[FlatcarRelease] = []

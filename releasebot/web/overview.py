@@ -12,7 +12,12 @@ Routes (GET and HEAD only; everything is read-only):
 - ``/api/openapi.json``: the OpenAPI 3 document describing these answers.
 
 Every 200 carries an ``ETag`` (a hash of the body), and a request whose ``If-None-Match``
-names it gets ``304`` with no body, so the page's periodic refresh costs little. Unknown
+names it gets ``304`` with no body. The API's answers are built once per change and shared
+(``web/answers.py``): before any work the store's change counters are read (one small
+SELECT) and compared with those the kept answer was built at (the tables each answer reads:
+``OverviewQueries.reads``), so a refresh when nothing changed costs that read, not the
+answer; ``quick`` answers only from what is kept, for the server to call before it gives
+out a turn at the expensive work. Unknown
 paths are 404; an unknown parameter or a bad value is 400 with one line saying which; a
 store that cannot answer is 503 with a line saying so (the page shows it; the log says
 why). A JSON body never holds a secret: the service reads targets, builds, feeds and the
@@ -24,8 +29,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from importlib.resources import files
 from typing import Any, Protocol
@@ -33,9 +39,11 @@ from urllib.parse import parse_qs, unquote
 
 from releasebot.domain.errors import ReleasebotError, StoreUnavailableError
 from releasebot.domain.models import TargetState
+from releasebot.domain.overview import RECHECK_AFTER_SECONDS
 from releasebot.domain.versions import DriverVersion, FlatcarVersion, is_oci_tag
 from releasebot.edge.redact import redact as redact_forms
 from releasebot.edge.text import one_line
+from releasebot.web.answers import AnswerCache, Built
 from releasebot.web.openapi import openapi_document
 
 log = logging.getLogger("releasebot.web")
@@ -91,35 +99,72 @@ class OverviewQueries(Protocol):
 
     def feeds(self) -> dict[str, object]: ...
 
+    def revisions(self) -> dict[str, int]: ...
+
+    def reads(self, question: str) -> tuple[tuple[str, ...], tuple[str, ...]]: ...
+
+    def matrix_basis(self) -> Hashable: ...
+
 
 class BadRequestError(ValueError):
     """A query the API does not take; ``str()`` is the line the client gets."""
+
+
+@dataclass(frozen=True)
+class _Question:
+    """An API answer to build: ``name`` keys it in the cache (its address and query),
+    ``reads`` names the question (``OverviewQueries.reads`` says what it reads)."""
+
+    name: str
+    reads: str
+    build: Callable[[], WebAnswer]
 
 
 class OverviewApp:
     """Answers the page's and the API's GET requests; ``None`` for paths it does not own."""
 
     def __init__(
-        self, service: OverviewQueries, redact: Callable[[str], str] = redact_forms
+        self,
+        service: OverviewQueries,
+        redact: Callable[[str], str] = redact_forms,
+        *,
+        recheck_after: float = RECHECK_AFTER_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
+        cache: AnswerCache[WebAnswer] | None = None,
     ) -> None:
         self._service = service
         self._redact = redact
         self._static: dict[str, bytes] = {}
         self._last_store_error: str | None = None
+        self.cache: AnswerCache[WebAnswer] = cache or AnswerCache(
+            recheck_after=recheck_after, monotonic=monotonic
+        )
 
     def owns(self, path: str) -> bool:
         return path in _STATIC or path == "/api" or path.startswith(("/api/", "/static/"))
 
     def costly(self, path: str) -> bool:
-        """Whether answering ``path`` reads the store (the JSON API): the server limits how
-        many such answers it computes at once. The static page and the OpenAPI document are
-        built once and cost nothing."""
+        """Whether answering ``path`` may read the store in full (the JSON API): the server
+        limits how many such answers it computes at once, after ``quick`` found none kept.
+        The static page and the OpenAPI document are built once and cost nothing."""
         return path.startswith("/api/") and path != "/api/openapi.json"
 
     def __call__(self, target: str, headers: Mapping[str, str]) -> WebAnswer:
+        """The answer, built if what is kept is not current."""
+        answer = self._answer(target, headers, build=True)
+        assert answer is not None  # built when needed
+        return answer
+
+    def quick(self, target: str, headers: Mapping[str, str]) -> WebAnswer | None:
+        """The answer if it costs no more than the change counters' read (a kept answer, an
+        error, a static file); ``None`` when it must be built (``__call__``)."""
+        return self._answer(target, headers, build=False)
+
+    def _answer(self, target: str, headers: Mapping[str, str], *, build: bool) -> WebAnswer | None:
         path, _, query = target.partition("?")
         try:
-            answer = self._route(unquote(path), query)
+            routed = self._route(unquote(path), query)
+            answer = routed if isinstance(routed, WebAnswer) else self._kept(routed, build)
         except BadRequestError as error:
             answer = _json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
         except StoreUnavailableError as error:
@@ -138,10 +183,45 @@ class OverviewApp:
             self._last_store_error = line
             answer = _json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": STORE_UNREADABLE})
         else:
+            if answer is None:
+                return None
             self._last_store_error = None
         return _conditional(answer, headers.get("if-none-match"))
 
-    def _route(self, path: str, query: str) -> WebAnswer:
+    def _kept(self, question: _Question, build: bool) -> WebAnswer | None:
+        """The kept answer when the counters it was built at are the store's now; else
+        (when ``build``) the one built now, or the kept one when what moved did not change
+        what it shows (the tables it reads only in part)."""
+        tables, partial = self._service.reads(question.reads)
+        key = _counters(self._service.revisions(), tables)
+        kept = self.cache.get(question.name)
+        if kept is not None and kept.key == key:
+            return kept.value
+        if not build:
+            return None
+        with self.cache.building(question.name):
+            # Read again: whoever held the turn before may have built it meanwhile.
+            key = _counters(self._service.revisions(), tables)
+            kept = self.cache.get(question.name)
+            if kept is not None and kept.key == key:
+                return kept.value
+            basis = self._service.matrix_basis() if partial else None
+            if (
+                kept is not None
+                and partial
+                and kept.basis == basis
+                and _moved(kept.key, key, tables) <= set(partial)
+            ):
+                self.cache.put(question.name, replace(kept, key=key))  # keeps its age
+                return kept.value
+            answer = question.build()
+            if answer.status == HTTPStatus.OK:
+                answer = replace(answer, headers={**answer.headers, "ETag": _etag(answer.body)})
+            built = Built(answer, len(answer.body), key, basis, self.cache.now())
+            self.cache.put(question.name, built)
+            return answer
+
+    def _route(self, path: str, query: str) -> WebAnswer | _Question:
         if path == "/":
             _params(query, PAGE_PARAMS)  # the page's filter: the page reads the values
         if path in _STATIC:
@@ -154,12 +234,15 @@ class OverviewApp:
             return _json(HTTPStatus.OK, openapi_document())
         if path == "/api/targets":
             params = _params(query, {"state", "flatcar", "driver"})
-            return self._json(
-                HTTPStatus.OK,
-                self._service.targets(
-                    state=_state(params.get("state")),
-                    flatcar=_version(params.get("flatcar"), FlatcarVersion.is_valid, "flatcar"),
-                    driver=_version(params.get("driver"), DriverVersion.is_valid, "driver"),
+            state = _state(params.get("state"))
+            flatcar = _version(params.get("flatcar"), FlatcarVersion.is_valid, "flatcar")
+            driver = _version(params.get("driver"), DriverVersion.is_valid, "driver")
+            return _Question(
+                _name(path, state and state.value, flatcar, driver),
+                "targets",
+                lambda: self._json(
+                    HTTPStatus.OK,
+                    self._service.targets(state=state, flatcar=flatcar, driver=driver),
                 ),
             )
         if path.startswith("/api/targets/"):
@@ -167,17 +250,27 @@ class OverviewApp:
             tag = path.removeprefix("/api/targets/")
             if not is_oci_tag(tag):
                 raise BadRequestError(f"{_shown(tag)} is not an image tag")
-            detail = self._service.target(tag)
-            if detail is None:
-                return _json(HTTPStatus.NOT_FOUND, {"error": f"no target {tag}"})
-            return self._json(HTTPStatus.OK, detail)
+            return _Question(path, "target", lambda: self._detail(tag))
         if path == "/api/fleet":
             _no_query(query)
-            return self._json(HTTPStatus.OK, self._service.fleet())
+            return _Question(
+                path, "fleet", lambda: self._json(HTTPStatus.OK, self._service.fleet())
+            )
         if path == "/api/feeds":
             _no_query(query)
-            return self._json(HTTPStatus.OK, self._service.feeds())
+            return _Question(
+                path, "feeds", lambda: self._json(HTTPStatus.OK, self._service.feeds())
+            )
         return _json(HTTPStatus.NOT_FOUND, {"error": "not found"})
+
+    def _detail(self, tag: str) -> WebAnswer:
+        detail = self._service.target(tag)
+        if detail is None:
+            return _json(HTTPStatus.NOT_FOUND, {"error": f"no target {tag}"})
+        return self._json(HTTPStatus.OK, detail)
+
+    def _ok(self, body: Mapping[str, Any]) -> WebAnswer:
+        return self._json(HTTPStatus.OK, body)
 
     def _json(self, status: int, body: Mapping[str, Any]) -> WebAnswer:
         """``body`` as JSON with every text masked (``edge.redact``): stored errors and log
@@ -212,10 +305,28 @@ def _json(status: int, body: Mapping[str, Any]) -> WebAnswer:
     return WebAnswer(status, JSON, payload)
 
 
+def _counters(revisions: Mapping[str, int], tables: Sequence[str]) -> tuple[int, ...]:
+    return tuple(revisions.get(table, 0) for table in tables)
+
+
+def _moved(kept: tuple[int, ...], now: tuple[int, ...], tables: Sequence[str]) -> set[str]:
+    return {table for table, old, new in zip(tables, kept, now, strict=True) if old != new}
+
+
+def _name(path: str, *values: str | None) -> str:
+    """A cache name for ``path`` with its parsed parameters (so ``?a=1&b=2`` and ``?b=2&a=1``,
+    or an escaped spelling, are one answer, not two kept copies)."""
+    return path + "?" + "&".join("" if value is None else value for value in values)
+
+
+def _etag(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
 def _conditional(answer: WebAnswer, if_none_match: str | None) -> WebAnswer:
     headers = dict(_SECURITY_HEADERS)
     if answer.status == HTTPStatus.OK:
-        etag = '"' + hashlib.sha256(answer.body).hexdigest()[:32] + '"'
+        etag = answer.headers.get("ETag") or _etag(answer.body)
         headers["ETag"] = etag
         if if_none_match is not None and _matches(if_none_match, etag):
             return WebAnswer(HTTPStatus.NOT_MODIFIED, answer.content_type, b"", headers)

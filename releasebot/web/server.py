@@ -20,8 +20,10 @@ made to stay answerable under a crowd, because the kubelet restarts the containe
   of connections (a thousand browsers refreshing, a scraper) waits in the kernel's queue
   while the accept loop catches up, instead of having its SYNs dropped and retried 1, 3,
   7, 15 s later, which is how a probe went unanswered behind a crowd;
-- probes, metrics and the static page get a thread at once and do no page work; the
-  page's expensive answers (``OverviewApp.costly``: the JSON API over the store) are
+- probes, metrics and the static page get a thread at once and do no page work; an API
+  answer kept and still current (``OverviewApp.quick``: one read of the store's change
+  counters, then the kept bytes or a 304) is sent at once too; the page's expensive
+  answers (``OverviewApp.costly``: the JSON API built from the store) are
   limited to ``max_costly`` at once (Python runs one thread at a time: more in parallel
   only slows each and starves the probes), ``max_waiting`` more wait up to
   ``costly_wait`` for a turn, and the rest get ``503`` with ``Retry-After`` at once;
@@ -279,6 +281,8 @@ class _Handler(BaseHTTPRequestHandler):
         app = self.app
         if app.pages is not None and app.pages.owns(path):
             if app.pages.costly(path):
+                if self._page(app.pages, quick=True):
+                    return  # kept, unchanged: one read of the change counters, no turn
                 with app.costly.turn() as granted:
                     if granted:
                         self._page(app.pages)
@@ -310,13 +314,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET
 
-    def _page(self, pages: OverviewApp) -> None:
+    def _page(self, pages: OverviewApp, *, quick: bool = False) -> bool:
+        """Answer from ``pages``; with ``quick`` only what costs no page work (a kept
+        answer, a 304): False when nothing was sent, and the answer must be built."""
         headers = self._headers()
-        answer = self._call(lambda: pages(self.path, headers))
+        if quick:
+            answer = self._call(lambda: pages.quick(self.path, headers))
+            if answer is None:
+                return False  # to be built (or failed: the full call says so)
+        else:
+            answer = self._call(lambda: pages(self.path, headers))
         if answer is None:
             self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
         else:
             self._send(answer.status, answer.content_type, answer.body, answer.headers)
+        return True
 
     def do_POST(self) -> None:
         if not self._host_allowed():

@@ -123,6 +123,9 @@ class _Pages:
     def costly(self, path: str) -> bool:
         return path.startswith("/api/")
 
+    def quick(self, target: str, headers: Mapping[str, str]) -> object:
+        return None  # nothing kept: every answer is built
+
     def __call__(self, target: str, headers: Mapping[str, str]) -> object:
         from releasebot.web.overview import WebAnswer
 

@@ -1,7 +1,8 @@
 """``HttpServer`` under a crowd, over real sockets on loopback: the listen backlog holds a
 burst, probes are answered while every turn for expensive page work is taken, a busy page
-answers 503 with ``Retry-After``, a client that trickles its request head or body is cut
-off at the connection's deadline, and connections beyond the limit are refused at once.
+answers 503 with ``Retry-After`` while a kept answer and its 304 need no turn, a client
+that trickles its request head or body is cut off at the connection's deadline, and
+connections beyond the limit are refused at once.
 
 The deadline runs on an injected clock the test moves, so nothing here sleeps; the numbers
 under real load are ``benchmarks/bench_page_load.py``'s.
@@ -46,6 +47,14 @@ class BlockingPages:
 
     def costly(self, path: str) -> bool:
         return path.startswith("/api/")
+
+    def quick(self, target: str, headers: Mapping[str, str]) -> WebAnswer | None:
+        """``/api/kept`` is kept (a 304 for ``"k"``); everything else must be built."""
+        if target != "/api/kept":
+            return None
+        if headers.get("if-none-match") == '"k"':
+            return WebAnswer(304, "application/json", b"", {"ETag": '"k"'})
+        return WebAnswer(200, "application/json", b"{}", {"ETag": '"k"'})
 
     def __call__(self, target: str, headers: Mapping[str, str]) -> WebAnswer:
         if target.startswith("/api/"):
@@ -124,6 +133,25 @@ def test_probes_are_answered_while_every_turn_for_page_work_is_taken(
         assert [answer.status_code for answer in answers] == [200, 200, 200]
     finally:
         pages.release.set()
+        server.close()
+
+
+def test_a_kept_answer_and_its_304_need_no_turn(pages: BlockingPages) -> None:
+    server = serve(pages=pages, max_costly=1, max_waiting=0).start()
+    base = f"http://127.0.0.1:{server.port}"
+    worker = threading.Thread(target=lambda: httpx.get(base + "/api/targets", timeout=30))
+    try:
+        worker.start()
+        assert pages.entered.acquire(timeout=10)  # the only turn is taken, nobody may wait
+        assert httpx.get(base + "/api/fleet", timeout=5).status_code == 503
+        kept = httpx.get(base + "/api/kept", timeout=5)
+        assert (kept.status_code, kept.headers["ETag"]) == (200, '"k"')
+        again = httpx.get(base + "/api/kept", headers={"If-None-Match": '"k"'}, timeout=5)
+        assert (again.status_code, again.content) == (304, b"")
+        assert not pages.entered.acquire(timeout=0)  # neither was built
+    finally:
+        pages.release.set()
+        worker.join(timeout=30)
         server.close()
 
 
