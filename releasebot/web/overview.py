@@ -193,14 +193,12 @@ class OverviewApp:
         (when ``build``) the one built now, or the kept one when what moved did not change
         what it shows (the tables it reads only in part)."""
         tables, partial = self._service.reads(question.reads)
-        key = _counters(self._service.revisions(), tables)
-        kept = self.cache.get(question.name)
-        if kept is not None and kept.key == key:
-            return kept.value
         if not build:
-            return None
+            key = _counters(self._service.revisions(), tables)
+            kept = self.cache.get(question.name)
+            return kept.value if kept is not None and kept.key == key else None
         with self.cache.building(question.name):
-            # Read again: whoever held the turn before may have built it meanwhile.
+            # Read here, one builder at a time: whoever built before may have built it.
             key = _counters(self._service.revisions(), tables)
             kept = self.cache.get(question.name)
             if kept is not None and kept.key == key:
