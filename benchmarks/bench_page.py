@@ -22,6 +22,7 @@ again, the feeds polled), and the wall time a headless browser takes from naviga
 drawn matrix when chromium and chromedriver are installed.
 
     uv run python benchmarks/bench_page.py [--short] [--versions 500] [--drivers 20]
+        [--repeat 30] [--no-browser]
 """
 
 from __future__ import annotations
@@ -222,12 +223,12 @@ def routes(server: ServerProcess, store: Any, tag: str, repeat: int, now: dateti
                 touch_target(store, tag, now + timedelta(seconds=next(stamp)))
                 _get(client, path, 200)
 
-            built = cpu_per_call(server, max(3, repeat // 3), changed)
+            built = cpu_per_call(server, max(2, repeat // 3), changed)
             unchanged = cpu_per_call(server, repeat, lambda p=path: _get(client, p, 200))
             first = _get(client, path, 200)
             etag = first.headers["ETag"]
             matched = cpu_per_call(
-                server, repeat * 4, lambda p=path, e=etag: _get(client, p, 304, e)
+                server, repeat * 3, lambda p=path, e=etag: _get(client, p, 304, e)
             )
             print(
                 f"{path:<44} {'':>20} {built * 1000:19.2f} {unchanged * 1000:14.2f} "
@@ -287,12 +288,13 @@ def main() -> int:
     parser.add_argument("--short", action="store_true", help="1,000 targets, few repetitions")
     parser.add_argument("--versions", type=int, default=None, help="500 (50 with --short)")
     parser.add_argument("--drivers", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=None, help="requests per measure")
     parser.add_argument("--no-browser", action="store_true")
     args = parser.parse_args()
     versions = args.versions or (50 if args.short else 500)
     if not (0 < versions <= 2000 and 0 < args.drivers <= 100):
         parser.error("--versions must be 1..2000 and --drivers 1..100 (a bounded run)")
-    repeat = 6 if args.short else 30
+    repeat = args.repeat or (6 if args.short else 30)
     now = datetime.now(UTC)
     from releasebot.wiring import open_store
 

@@ -2,9 +2,11 @@
 ``overview_words.py``), pure: which nodes are current, each
 node's verdict from its own stored targets (not the channel policy's other drivers), the
 banner's words, the images it names with what to do, the count of nodes without theirs and
-its "since", the matrix's rows, columns and filters, time to publish only for what
-releasebot's builds published, a target's detail (Slack link, signature, log tail, each
-attempt's start and duration) and the removal of control characters from stored text."""
+its "since", the fleet's view from the targets of the nodes' versions alone (what the
+page reads), the node counts per version, the matrix's rows, columns and filters, time to
+publish only for what releasebot's builds published, a target's detail (Slack link,
+signature, log tail, each attempt's start and duration) and the removal of control
+characters from stored text."""
 
 from __future__ import annotations
 
@@ -33,7 +35,14 @@ from releasebot.domain.overview import (
     slack_link,
     target_detail,
 )
-from releasebot.domain.overview_fleet import BANNER_HELP, current_fleet, fleet_view, tag_action
+from releasebot.domain.overview_fleet import (
+    BANNER_HELP,
+    current_fleet,
+    fleet_versions,
+    fleet_view,
+    node_counts,
+    tag_action,
+)
 from releasebot.domain.overview_words import STATE_WORDS, cell_words
 from releasebot.domain.versions import Arch
 from tests.support.targets import make_target
@@ -300,6 +309,31 @@ def test_an_arm64_node_needs_an_arm64_build_and_ignored_nodes_are_listed() -> No
     assert [n["name"] for n in fleet["nodes"]] == ["grace"]
     assert fleet["nodes"][0]["verdict"] == "missing"
     assert fleet["ignored"] == [{"name": "ubuntu", "reason": "runs 'ubuntu22.04'"}]
+
+
+def test_the_fleet_needs_only_the_targets_of_the_versions_its_nodes_run_or_reboot_into() -> None:
+    nodes = [
+        node("a", pending="4628.0.0"),
+        node("b", "4459.2.4"),
+        node("old", "4081.3.6", last=NOW - HOUR),  # not in the latest listing
+        node("cpu", "4230.2.4", gpu=False),
+        node("u", None, ignored="not Flatcar"),
+    ]
+    versions = ("4593.2.5", "4628.0.0", "4459.2.4", "4081.3.6", "4230.2.4", "4152.2.3")
+    states = (TargetState.PUBLISHED, TargetState.FAILED, TargetState.BUILDING)
+    records = [
+        target(driver, version, states[index % 3], frozenset({TargetReason.FLEET}))
+        for index, (version, driver) in enumerate(
+            (v, d) for v in versions for d in ("580.178.04", "570.195.03")
+        )
+    ]
+    assert fleet_versions(nodes) == {"4593.2.5", "4628.0.0", "4459.2.4"}
+    wanted = fleet_versions(nodes)
+    only = [r for r in records if r.target.flatcar_version.text in wanted]
+    for gate in (False, True):
+        assert fleet_view(nodes, only, gate=gate) == fleet_view(nodes, records, gate=gate)
+    assert fleet_versions([node("cpu", gpu=False), node("u", None, ignored="x")]) == set()
+    assert node_counts(nodes) == ({"4593.2.5": 1, "4459.2.4": 1}, {"4628.0.0": 1})
 
 
 def test_the_matrix_rows_columns_counts_and_filters() -> None:
