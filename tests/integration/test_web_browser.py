@@ -4,7 +4,9 @@ seeded states in words and colour, the banner turns red when a node's image goes
 (on the page's own refresh), names each missing or failed image with a link to its
 detail and what to do, and counts only the nodes without their image; a refresh with
 nothing changed redraws nothing (focus, selection and element identity stay) and one
-with a change keeps the focus; a cell opens the target's detail with its log tail scrolled
+with a change keeps the focus; the page's own timer asks with ETags, gets 304s and
+rebuilds nothing while nothing changed, and shows a change in the store without a reload;
+a cell opens the target's detail with its log tail scrolled
 to its end and each attempt's start and duration; a tag found in the registry shows no
 time to publish; the filter (state, search) narrows the matrix and lives in the address;
 the driver row stays in sight when the matrix scrolls; times are local with UTC on hover;
@@ -220,6 +222,60 @@ def test_a_refresh_with_nothing_changed_redraws_nothing(
     assert focused.get_attribute("data-tag") == BUILDING_TAG
     assert focused != cell  # drawn again...
     assert log.is_displayed()  # ...but not the detail, whose target did not change
+
+
+TIMER_SECONDS = 45  # the page's own timer asks every 15 s; two loaded cores are slow
+
+
+def _asked_since(browser: webdriver.Chrome, mark: float) -> dict[str, list[int]]:
+    """The statuses of the API requests the page made since ``mark`` (performance.now())."""
+    script = (
+        "return performance.getEntriesByType('resource')"
+        ".filter((e) => e.startTime > arguments[0] && e.name.includes('/api/'))"
+        ".map((e) => [new URL(e.name).pathname, e.responseStatus]);"
+    )
+    asked: dict[str, list[int]] = {}
+    for path, status in browser.execute_script(script, mark):
+        asked.setdefault(path, []).append(status)
+    return asked
+
+
+def test_the_pages_own_timer_gets_304s_rebuilds_nothing_and_shows_a_change(
+    page: PageServer, browser: webdriver.Chrome, store: SqlStateStore
+) -> None:
+    """No ``refresh()`` called by the test: the page's timer does it all."""
+    cell = browser.find_element(By.CSS_SELECTOR, f'#matrix a.cell[data-tag="{BUILDING_TAG}"]')
+    node = browser.find_element(By.CSS_SELECTOR, 'tr[data-node="gpu-a"]')
+    feed = browser.find_element(By.CSS_SELECTOR, 'tr[data-feed="nvidia"]')
+    # every change of the parts' structure counted; a "3 min ago" kept current is not one
+    browser.execute_script(
+        "window.rebuilt = 0; const seen = new MutationObserver((records) => {"
+        "  for (const r of records) if (!r.target.closest('time, [data-since]')) rebuilt += 1; });"
+        "for (const id of ['banner', 'matrix', 'nodes', 'feeds'])"
+        "  seen.observe(document.getElementById(id), { childList: true, subtree: true });"
+    )
+    mark = browser.execute_script("return performance.now()")
+    paths = {"/api/fleet", "/api/targets", "/api/feeds"}
+    _wait_timer(browser, lambda b: paths <= set(_asked_since(b, mark)))
+    asked = _asked_since(browser, mark)
+    assert all(set(asked[path]) == {304} for path in paths), asked
+    assert browser.execute_script("return rebuilt") == 0
+    for element in (cell, node, feed):
+        assert element.is_displayed()  # the same elements: a redrawn one would be stale
+    # a change in the store: shown by the next tick, without a reload
+    mark = browser.execute_script("return performance.now()")
+    set_state(store, COVERED_TAGS[0], TargetState.MISSING)
+    _wait_timer(browser, lambda b: "uncovered" in _banner(b)[0])
+    asked = _asked_since(browser, mark)
+    assert 200 in asked["/api/targets"], asked
+    assert 200 in asked["/api/fleet"], asked
+    assert set(asked["/api/feeds"]) == {304}, asked  # the feeds did not change
+    assert feed.is_displayed()  # so their table was not drawn again
+    assert browser.execute_script("return rebuilt") > 0
+
+
+def _wait_timer(browser: webdriver.Chrome, condition: object) -> object:
+    return WebDriverWait(browser, TIMER_SECONDS, poll_frequency=0.5).until(condition)
 
 
 def _long_log(store: SqlStateStore) -> str:

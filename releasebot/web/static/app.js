@@ -2,9 +2,11 @@
 // Every text from the API goes through textContent (never innerHTML): feed, registry and
 // cluster text is hostile. No framework, no build step, nothing from the internet.
 //
-// The refresh asks each address with the ETag of its last answer: a 304 means nothing
-// changed, and that part of the page is left alone (keyboard focus, a selection in a log,
-// a scrolled table stay as they are). A part whose answer changed is drawn again, and the
+// The refresh asks each address with the ETag of its last answer every 15 s: a 304 means
+// nothing changed, and that part of the page is left alone (keyboard focus, a selection in
+// a log, a scrolled table stay as they are). The server answers such a request from the
+// store's change counters alone (one small read), so an open tab costs next to nothing;
+// a tab in the background does not ask at all, and asks at once when it is shown again. A part whose answer changed is drawn again, and the
 // focused cell or link is focused again by its key. The filter (state, search) lives in
 // the address's query (?state=failed&q=4593), so a link keeps it; a target's detail in
 // its hash (#/target/TAG).
@@ -507,5 +509,7 @@ document.addEventListener("DOMContentLoaded", () => {
     setFilter({ state: "", q: "", flatcar: "", driver: "" });
   });
   refresh();
-  setInterval(refresh, REFRESH_MS);
+  // Nobody reads a hidden tab: no requests while hidden, one as soon as it is shown.
+  setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
 });
