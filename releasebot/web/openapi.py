@@ -212,16 +212,34 @@ _ANSWERS = {
 }
 
 
+_ETAG = {
+    "description": "the answer's validator (a hash of its body): send it back in If-None-Match",
+    "schema": {"type": "string"},
+}
+_IF_NONE_MATCH = {
+    "name": "If-None-Match",
+    "in": "header",
+    "required": False,
+    "description": "the ETag of the answer the client has (or several, comma-separated, or "
+    "*): 304 with no body when it is still the answer. Checked against the store's change "
+    "counters before any work, so asking every few seconds costs one small read.",
+    "schema": {"type": "string"},
+}
+
+
 def _answers(schema: str, *statuses: int) -> dict[str, Any]:
     """200 (with its ETag) and 304, which every address answers, and ``statuses``."""
     content = {"$ref": f"#/components/schemas/{schema}"}
     answers: dict[str, Any] = {
         "200": {
             "description": "the answer; ETag set",
-            "headers": {"ETag": {"schema": {"type": "string"}}},
+            "headers": {"ETag": _ETAG},
             "content": {"application/json": {"schema": content}},
         },
-        "304": {"description": "unchanged since the ETag given in If-None-Match"},
+        "304": {
+            "description": "unchanged since the ETag given in If-None-Match; no body",
+            "headers": {"ETag": _ETAG},
+        },
     }
     for status in statuses:
         answers[str(status)] = _error(_ANSWERS[status])
@@ -263,6 +281,7 @@ def openapi_document() -> dict[str, Any]:
                         _query("state", "only cells in this state", {"enum": _STATES}),
                         _query("flatcar", "only this Flatcar version's row", {"type": "string"}),
                         _query("driver", "only this driver's column", {"type": "string"}),
+                        _IF_NONE_MATCH,
                     ],
                     "responses": _answers("Matrix", 400, 503),
                 }
@@ -276,7 +295,8 @@ def openapi_document() -> dict[str, Any]:
                             "in": "path",
                             "required": True,
                             "schema": {"type": "string"},
-                        }
+                        },
+                        _IF_NONE_MATCH,
                     ],
                     "responses": _answers("Target", 400, 404, 503),
                 }
@@ -284,15 +304,21 @@ def openapi_document() -> dict[str, Any]:
             "/api/fleet": {
                 "get": {
                     "summary": "the banner and every GPU node's verdict",
+                    "parameters": [_IF_NONE_MATCH],
                     "responses": _answers("Fleet", 400, 503),
                 }
             },
             "/api/feeds": {
-                "get": {"summary": "feed health", "responses": _answers("Feeds", 400, 503)}
+                "get": {
+                    "summary": "feed health",
+                    "parameters": [_IF_NONE_MATCH],
+                    "responses": _answers("Feeds", 400, 503),
+                }
             },
             "/api/openapi.json": {
                 "get": {
                     "summary": "this document",
+                    "parameters": [_IF_NONE_MATCH],
                     "responses": _answers("Document", 400),
                 }
             },

@@ -223,6 +223,11 @@ def test_etag_and_not_modified(page: PageServer, store: SqlStateStore) -> None:
         again = _get(page, path, **{"If-None-Match": etag})
         assert again.status_code == 304, path
         assert again.content == b""
+        assert again.headers["ETag"] == etag, path
+    for template, item in DOCUMENT["paths"].items():  # the document says how to ask
+        names = [parameter["name"] for parameter in item["get"].get("parameters", ())]
+        assert "If-None-Match" in names, template
+        assert "ETag" in item["get"]["responses"]["304"]["headers"], template
     etag = _get(page, "/api/targets").headers["ETag"]
     set_state(store, BUILDING_TAG, TargetState.PUBLISHED)
     changed = _get(page, "/api/targets", **{"If-None-Match": etag})
