@@ -12,7 +12,14 @@ Two scenarios, each bounded in count (connections) and time (every client gives 
 - ``expensive``: 100 concurrent ``GET /api/targets`` (the whole matrix: the most
   expensive answer), started together, twice in a row.
 
-During each, a prober in a process of its own asks ``/healthz`` every 0.2 s with the
+- ``tabs``: the server's memory with 1 and with ``--tabs`` (50) open tabs, each refreshing
+  as the page does (``/api/fleet``, ``/api/targets``, ``/api/feeds`` with the last ETags,
+  here back to back, ``--rounds`` times), on a store of ``--tab-versions`` x 20 targets
+  (10,000; 1,000 with ``--short``), each count against a fresh server process: its RSS and
+  peak RSS (``VmHWM``) after the tabs, and what they were answered. Memory must not grow with
+  the number of tabs: every tab gets the one answer built per change.
+
+During the first two, a prober in a process of its own asks ``/healthz`` every 0.2 s with the
 Deployment's liveness timeout (3 s), as the kubelet does. Printed per scenario: the
 fraction of requests answered within the deadline (any complete HTTP answer; a 503 with
 ``Retry-After`` counts, it is an answer), how many got 200 and 503, the slowest answer, and
@@ -23,7 +30,7 @@ Exits non-zero only when something did not work at all (the server died, a probe
 never answered while no load ran), never for timing.
 
     uv run python benchmarks/bench_page_load.py [--short] [--connections 1000]
-        [--expensive 100] [--deadline 30]
+        [--expensive 100] [--deadline 30] [--tabs 50] [--rounds 5] [--tab-versions 500]
 """
 
 from __future__ import annotations
@@ -140,15 +147,74 @@ def scenario(name: str, port: int, path: str, count: int, deadline: float) -> bo
     return probed > 0
 
 
+def _tab(base: str, rounds: int, statuses: list[int]) -> None:
+    """One open tab: ``rounds`` refreshes, each the page's three conditional requests."""
+    import httpx
+
+    etags: dict[str, str] = {}
+    with httpx.Client(base_url=base, timeout=120) as client:
+        for _ in range(rounds):
+            for path in ("/api/fleet", "/api/targets", "/api/feeds"):
+                headers = {"If-None-Match": etags[path]} if path in etags else {}
+                try:
+                    answer = client.get(path, headers=headers)
+                except httpx.HTTPError:
+                    statuses.append(0)
+                    continue
+                statuses.append(answer.status_code)
+                if etag := answer.headers.get("ETag"):
+                    etags[path] = etag
+
+
+def tabs(url: str, count: int, rounds: int) -> None:
+    """``count`` tabs at once against a fresh server process on ``url``: its memory after."""
+    import threading
+    from collections import Counter
+
+    from bench_page import ServerProcess
+
+    server = ServerProcess(url)
+    try:
+        before, _peak = server.memory()
+        statuses: list[int] = []
+        workers = [
+            threading.Thread(target=_tab, args=(server.base, rounds, statuses))
+            for _ in range(count)
+        ]
+        start = time.monotonic()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=600)
+        took = time.monotonic() - start
+        rss, peak = server.memory()
+        shown = ", ".join(
+            f"{n} x {status or 'none'}" for status, n in sorted(Counter(statuses).items())
+        )
+        print(
+            f"{count:>3} tab(s) x {rounds} refreshes: RSS {before:.0f} MB idle, {rss:.0f} MB "
+            f"after, peak {peak:.0f} MB; server CPU {server.cpu():.1f} s; answers: {shown}; "
+            f"{took:.1f} s"
+        )
+    finally:
+        server.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="the page and probes under load (loopback)")
     parser.add_argument("--short", action="store_true", help="one round per scenario (CI)")
     parser.add_argument("--connections", type=int, default=1000)
     parser.add_argument("--expensive", type=int, default=100)
     parser.add_argument("--deadline", type=float, default=30.0)
+    parser.add_argument("--tabs", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tab-versions", type=int, default=None, help="500 (50 with --short)")
     args = parser.parse_args()
     if not (0 < args.connections <= 5000 and 0 < args.expensive <= 1000):
         parser.error("--connections must be 1..5000 and --expensive 1..1000 (a bounded test)")
+    if not (0 < args.tabs <= 200 and 0 < args.rounds <= 100):
+        parser.error("--tabs must be 1..200 and --rounds 1..100 (a bounded test)")
+    tab_versions = args.tab_versions or (50 if args.short else 500)
     _raise_fd_limit()
     from bench_page import seed
 
@@ -191,6 +257,13 @@ def main() -> int:
                     )
             finally:
                 server.close()
+    with tempfile.TemporaryDirectory(prefix="bench-page-tabs-") as directory:
+        url = f"sqlite:///{Path(directory) / 'releasebot.db'}"
+        with open_store(url) as store:
+            seed(store, tab_versions, 20, now)
+        print(f"tabs: seeded {tab_versions} Flatcar versions x 20 drivers, 400 GPU nodes")
+        for count in (1, args.tabs):
+            tabs(url, count, args.rounds)
     return 0 if fine else 1
 
 

@@ -12,7 +12,7 @@ Bounded, so memory does not grow with the number of clients, tabs or addresses a
 - at most ``max_entries`` answers and ``max_bytes`` of bodies, the least recently used
   dropped first; an answer bigger than ``max_bytes`` is handed out but not kept;
 - one build per name at a time (``building``): the clients that ask while it is built wait
-  for it and take it, rather than each building its own copy;
+  for it (a bounded time) and take it, rather than each building its own copy;
 - an answer is trusted for ``recheck_after`` seconds at most, then built again on the next
   request, because an edit behind releasebot's back moves no counter. Built again to the
   same bytes, it keeps its ETag (the ETag is the body's hash), so the clients' next
@@ -107,14 +107,20 @@ class AnswerCache(Generic[T]):
         return self._monotonic()
 
     @contextlib.contextmanager
-    def building(self, name: str) -> Iterator[None]:
-        """One builder per name at a time; the others wait here, then find its answer."""
+    def building(self, name: str, wait: float) -> Iterator[bool]:
+        """One builder per name at a time; the others wait here up to ``wait`` seconds,
+        then find its answer. Yields whether the block got its turn (False: gave up)."""
         with self._lock:
             lock, users = self._builders.get(name, (threading.Lock(), 0))
             self._builders[name] = (lock, users + 1)
         try:
-            with lock:
-                yield
+            if lock.acquire(timeout=wait):
+                try:
+                    yield True
+                finally:
+                    lock.release()
+            else:
+                yield False
         finally:
             with self._lock:
                 lock, users = self._builders[name]

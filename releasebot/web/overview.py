@@ -26,11 +26,13 @@ fleet, never settings.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
 from importlib.resources import files
@@ -106,6 +108,25 @@ class OverviewQueries(Protocol):
     def matrix_basis(self) -> Hashable: ...
 
 
+class Turns(Protocol):
+    """The server's limit on expensive work (``server.TurnLimit``)."""
+
+    @property
+    def wait(self) -> float: ...
+
+    def turn(self) -> AbstractContextManager[bool]: ...
+
+
+class _Unlimited:
+    """No limit: for a caller without a server (tests, scripts)."""
+
+    wait = 60.0
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[bool]:
+        yield True
+
+
 class BadRequestError(ValueError):
     """A query the API does not take; ``str()`` is the line the client gets."""
 
@@ -149,22 +170,25 @@ class OverviewApp:
         The static page and the OpenAPI document are built once and cost nothing."""
         return path.startswith("/api/") and path != "/api/openapi.json"
 
-    def __call__(self, target: str, headers: Mapping[str, str]) -> WebAnswer:
-        """The answer, built if what is kept is not current."""
-        answer = self._answer(target, headers, build=True)
-        assert answer is not None  # built when needed
-        return answer
+    def __call__(
+        self, target: str, headers: Mapping[str, str], turns: Turns | None = None
+    ) -> WebAnswer | None:
+        """The answer, built (in one of ``turns``) if what is kept is not current; ``None``
+        when no turn came in time (the server answers "busy")."""
+        return self._answer(target, headers, turns or _Unlimited())
 
     def quick(self, target: str, headers: Mapping[str, str]) -> WebAnswer | None:
         """The answer if it costs no more than the change counters' read (a kept answer, an
         error, a static file); ``None`` when it must be built (``__call__``)."""
-        return self._answer(target, headers, build=False)
+        return self._answer(target, headers, None)
 
-    def _answer(self, target: str, headers: Mapping[str, str], *, build: bool) -> WebAnswer | None:
+    def _answer(
+        self, target: str, headers: Mapping[str, str], turns: Turns | None
+    ) -> WebAnswer | None:
         path, _, query = target.partition("?")
         try:
             routed = self._route(unquote(path), query)
-            answer = routed if isinstance(routed, WebAnswer) else self._kept(routed, build)
+            answer = routed if isinstance(routed, WebAnswer) else self._kept(routed, turns)
         except BadRequestError as error:
             answer = _json(HTTPStatus.BAD_REQUEST, {"error": str(error)})
         except StoreUnavailableError as error:
@@ -188,31 +212,37 @@ class OverviewApp:
             self._last_store_error = None
         return _conditional(answer, headers.get("if-none-match"))
 
-    def _kept(self, question: _Question, build: bool) -> WebAnswer | None:
+    def _kept(self, question: _Question, turns: Turns | None) -> WebAnswer | None:
         """The kept answer when the counters it was built at are the store's now; else
-        (when ``build``) the one built now, or the kept one when what moved did not change
-        what it shows (the tables it reads only in part)."""
+        (with ``turns``) the one built now in a turn, or the kept one when what moved did
+        not change what it shows (the tables it reads only in part); ``None``: build it
+        (without ``turns``), or no turn came (with them)."""
         tables, partial = self._service.reads(question.reads)
-        if not build:
+        if turns is None:
             key = _counters(self._service.revisions(), tables)
             kept = self.cache.get(question.name)
             return kept.value if kept is not None and kept.key == key else None
-        with self.cache.building(question.name):
+        with self.cache.building(question.name, turns.wait) as building:
+            if not building:
+                return None  # another client's build of it took longer than a turn's wait
             # Read here, one builder at a time: whoever built before may have built it.
             key = _counters(self._service.revisions(), tables)
             kept = self.cache.get(question.name)
             if kept is not None and kept.key == key:
                 return kept.value
-            basis = self._service.matrix_basis() if partial else None
-            if (
-                kept is not None
-                and partial
-                and kept.basis == basis
-                and _moved(kept.key, key, tables) <= set(partial)
-            ):
-                self.cache.put(question.name, replace(kept, key=key))  # keeps its age
-                return kept.value
-            answer = question.build()
+            with turns.turn() as granted:
+                if not granted:
+                    return None
+                basis = self._service.matrix_basis() if partial else None
+                if (
+                    kept is not None
+                    and partial
+                    and kept.basis == basis
+                    and _moved(kept.key, key, tables) <= set(partial)
+                ):
+                    self.cache.put(question.name, replace(kept, key=key))  # keeps its age
+                    return kept.value
+                answer = question.build()
             if answer.status == HTTPStatus.OK:
                 answer = replace(answer, headers={**answer.headers, "ETag": _etag(answer.body)})
             built = Built(answer, len(answer.body), key, basis, self.cache.now())

@@ -23,7 +23,8 @@ made to stay answerable under a crowd, because the kubelet restarts the containe
 - probes, metrics and the static page get a thread at once and do no page work; an API
   answer kept and still current (``OverviewApp.quick``: one read of the store's change
   counters, then the kept bytes or a 304) is sent at once too; the page's expensive
-  answers (``OverviewApp.costly``: the JSON API built from the store) are
+  answers (``OverviewApp.costly``: the JSON API built from the store) are built by one
+  client per answer while the others asking for it wait for that build, and the builds are
   limited to ``max_costly`` at once (Python runs one thread at a time: more in parallel
   only slows each and starves the probes), ``max_waiting`` more wait up to
   ``costly_wait`` for a turn, and the rest get ``503`` with ``Retry-After`` at once;
@@ -188,6 +189,11 @@ class TurnLimit:
         self._changed = threading.Condition()
 
     @property
+    def wait(self) -> float:
+        """How long a block may wait for its turn, in seconds."""
+        return self._wait
+
+    @property
     def waiting(self) -> int:
         """Blocks waiting for a turn right now."""
         return self._queued
@@ -281,18 +287,8 @@ class _Handler(BaseHTTPRequestHandler):
         app = self.app
         if app.pages is not None and app.pages.owns(path):
             if app.pages.costly(path):
-                if self._page(app.pages, quick=True):
-                    return  # kept, unchanged: one read of the change counters, no turn
-                with app.costly.turn() as granted:
-                    if granted:
-                        self._page(app.pages)
-                    else:  # the API's own shape: the page shows ``error``
-                        self._send(
-                            HTTPStatus.SERVICE_UNAVAILABLE,
-                            "application/json",
-                            json.dumps({"error": BUSY}).encode(),
-                            {"Retry-After": str(RETRY_AFTER_SECONDS)},
-                        )
+                if not self._page(app.pages, quick=True):  # kept: no turn, else built
+                    self._page(app.pages, turns=app.costly)
             else:
                 self._page(app.pages)
         elif path == "/healthz" and app.alive is not None:
@@ -314,20 +310,37 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET
 
-    def _page(self, pages: OverviewApp, *, quick: bool = False) -> bool:
+    def _page(
+        self, pages: OverviewApp, *, quick: bool = False, turns: TurnLimit | None = None
+    ) -> bool:
         """Answer from ``pages``; with ``quick`` only what costs no page work (a kept
-        answer, a 304): False when nothing was sent, and the answer must be built."""
+        answer, a 304): False when nothing was sent, and the answer must be built. The
+        builder of an expensive answer takes one of ``turns`` (``pages`` asks for it only
+        when it builds: clients waiting for the same answer wait for that build, not for
+        turns of their own); no turn is "busy", a 503 in the API's own shape."""
         headers = self._headers()
-        if quick:
-            answer = self._call(lambda: pages.quick(self.path, headers))
-            if answer is None:
-                return False  # to be built (or failed: the full call says so)
-        else:
-            answer = self._call(lambda: pages(self.path, headers))
-        if answer is None:
+        try:
+            if quick:
+                answer = pages.quick(self.path, headers)
+                if answer is None:
+                    return False  # to be built
+            else:
+                answer = pages(self.path, headers, turns)
+                if answer is None:  # the page shows ``error``, and asks again
+                    self._send(
+                        HTTPStatus.SERVICE_UNAVAILABLE,
+                        "application/json",
+                        json.dumps({"error": BUSY}).encode(),
+                        {"Retry-After": str(RETRY_AFTER_SECONDS)},
+                    )
+                    return True
+        except Exception:  # one failing route must not kill the server (logged)
+            log.exception("HTTP handler failed", extra={"path": self.path[:200]})
+            if quick:
+                return False  # the full call says so, once
             self._text(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error")
-        else:
-            self._send(answer.status, answer.content_type, answer.body, answer.headers)
+            return True
+        self._send(answer.status, answer.content_type, answer.body, answer.headers)
         return True
 
     def do_POST(self) -> None:

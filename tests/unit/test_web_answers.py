@@ -1,7 +1,7 @@
 """``AnswerCache``: answers kept by name within both bounds (count and bytes, the least
 recently used dropped first; one bigger than the budget handed out, not kept), trusted for
 ``recheck_after`` and not a moment longer, and one builder per name at a time while the
-others wait (and the per-name locks go away with their last user)."""
+others wait, a bounded time (and the per-name locks go away with their last user)."""
 
 from __future__ import annotations
 
@@ -63,17 +63,22 @@ def test_one_builder_per_name_the_others_wait_and_the_locks_go() -> None:
     order: list[str] = []
 
     def first() -> None:
-        with cache.building("a"):
+        with cache.building("a", 30) as building:
+            assert building
             inside.set()
             assert release.wait(10)
             order.append("first")
 
     def second() -> None:
-        with cache.building("a"):
-            order.append("second")
+        with cache.building("a", 30) as building:
+            order.append("second" if building else "gave up")
+
+    def impatient() -> None:
+        with cache.building("a", 0.05) as building:
+            order.append("impatient gave up" if not building else "impatient")
 
     def other() -> None:
-        with cache.building("b"):  # another name never waits for "a"
+        with cache.building("b", 30):  # another name never waits for "a"
             order.append("other")
 
     threads = [threading.Thread(target=first)]
@@ -83,9 +88,12 @@ def test_one_builder_per_name_the_others_wait_and_the_locks_go() -> None:
     threads[1].start()
     threads[2].start()
     threads[2].join(timeout=10)
-    assert order == ["other"]  # "second" still waits for "first"
+    waiting = threading.Thread(target=impatient)
+    waiting.start()
+    waiting.join(timeout=10)
+    assert order == ["other", "impatient gave up"]  # "second" still waits for "first"
     release.set()
     for thread in threads:
         thread.join(timeout=10)
-    assert order == ["other", "first", "second"]
+    assert order == ["other", "impatient gave up", "first", "second"]
     assert cache._builders == {}  # no lock left behind per name asked

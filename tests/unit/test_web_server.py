@@ -126,7 +126,7 @@ class _Pages:
     def quick(self, target: str, headers: Mapping[str, str]) -> object:
         return None  # nothing kept: every answer is built
 
-    def __call__(self, target: str, headers: Mapping[str, str]) -> object:
+    def __call__(self, target: str, headers: Mapping[str, str], turns: object = None) -> object:
         from releasebot.web.overview import WebAnswer
 
         if target == "/api/boom":

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from releasebot.web.overview import WebAnswer
-from releasebot.web.server import BUSY, HttpServer
+from releasebot.web.server import BUSY, HttpServer, TurnLimit
 
 
 class Clock:
@@ -56,11 +56,18 @@ class BlockingPages:
             return WebAnswer(304, "application/json", b"", {"ETag": '"k"'})
         return WebAnswer(200, "application/json", b"{}", {"ETag": '"k"'})
 
-    def __call__(self, target: str, headers: Mapping[str, str]) -> WebAnswer:
-        if target.startswith("/api/"):
+    def __call__(
+        self, target: str, headers: Mapping[str, str], turns: TurnLimit | None = None
+    ) -> WebAnswer | None:
+        if not target.startswith("/api/"):
+            return WebAnswer(200, "text/plain", target.encode())
+        assert turns is not None  # the server gives its limit for the expensive answers
+        with turns.turn() as granted:
+            if not granted:
+                return None  # "busy"
             self.entered.release()
             assert self.release.wait(30), "the test never released the page"
-        return WebAnswer(200, "text/plain", target.encode())
+            return WebAnswer(200, "text/plain", target.encode())
 
 
 def serve(**options: object) -> HttpServer:
