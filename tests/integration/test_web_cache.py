@@ -117,7 +117,10 @@ class Served:
         self.clock = Clock()
         counted: Any = self.counting
         service = OverviewService(
-            counted, OverviewOptions("registry.example.test/driver"), monotonic=self.clock
+            counted,
+            OverviewOptions("registry.example.test/driver"),
+            recheck_after=RECHECK,
+            monotonic=self.clock,
         )
         self.app = OverviewApp(service, Redactor(()), recheck_after=RECHECK, monotonic=self.clock)
         self.server = HttpServer("127.0.0.1", 0, pages=self.app, **server).start()
