@@ -17,11 +17,10 @@ names it gets ``304`` with no body. The API's answers are built once per change 
 SELECT) and compared with those the kept answer was built at (the tables each answer reads:
 ``OverviewQueries.reads``), so a refresh when nothing changed costs that read, not the
 answer; ``quick`` answers only from what is kept, for the server to call before it gives
-out a turn at the expensive work. Unknown
-paths are 404; an unknown parameter or a bad value is 400 with one line saying which; a
-store that cannot answer is 503 with a line saying so (the page shows it; the log says
-why). A JSON body never holds a secret: the service reads targets, builds, feeds and the
-fleet, never settings.
+out a turn at the expensive work. Unknown paths are 404; an unknown parameter or a bad
+value is 400 with one line saying which; a store that cannot answer is 503 with a line
+saying so (the page shows it; the log says why). A JSON body never holds a secret: the
+service reads targets, builds, feeds and the fleet, never settings.
 """
 
 from __future__ import annotations
