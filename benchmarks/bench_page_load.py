@@ -176,6 +176,7 @@ def tabs(url: str, count: int, rounds: int) -> None:
     server = ServerProcess(url)
     try:
         before, _peak = server.memory()
+        idle_cpu = server.cpu()
         statuses: list[int] = []
         workers = [
             threading.Thread(target=_tab, args=(server.base, rounds, statuses))
@@ -188,12 +189,13 @@ def tabs(url: str, count: int, rounds: int) -> None:
             worker.join(timeout=600)
         took = time.monotonic() - start
         rss, peak = server.memory()
+        spent = server.cpu() - idle_cpu
         shown = ", ".join(
             f"{n} x {status or 'none'}" for status, n in sorted(Counter(statuses).items())
         )
         print(
             f"{count:>3} tab(s) x {rounds} refreshes: RSS {before:.0f} MB idle, {rss:.0f} MB "
-            f"after, peak {peak:.0f} MB; server CPU {server.cpu():.1f} s; answers: {shown}; "
+            f"after, peak {peak:.0f} MB; server CPU {spent:.1f} s; answers: {shown}; "
             f"{took:.1f} s"
         )
     finally:
