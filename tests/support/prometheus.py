@@ -47,7 +47,9 @@ def tool(name: str) -> str:
     """The path of ``promtool`` or ``prometheus``, or skip (fail in CI) saying what to install."""
     found = shutil.which(name)
     if found is None:
-        missing_tool(f"{name} not found (Debian's prometheus package ships it: apt-get install prometheus)")
+        missing_tool(
+            f"{name} not found (Debian's prometheus package ships it: apt-get install prometheus)"
+        )
     return found
 
 
@@ -179,7 +181,8 @@ class RunningPrometheus:
         error (a parse error names the query) otherwise."""
         answer = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)
         body = answer.json()
-        assert answer.status_code == 200 and body["status"] == "success", (path, params, body)
+        assert answer.status_code == 200, (path, params, body)
+        assert body["status"] == "success", (path, params, body)
         return body["data"]
 
     def query(self, promql: str) -> list[dict[str, Any]]:

@@ -1,9 +1,11 @@
-"""The shipped alerts (``config/components/alerts``) and dashboard (``config/components/dashboard``).
+"""The shipped alerts (``config/components/alerts``) and dashboard
+(``config/components/dashboard``).
 
 Covers: ``promtool check rules`` accepts the PrometheusRule's groups (expressions and the
-annotations' templates), and ``promtool test rules`` runs ``tests/data/prometheus/alerts-test.yaml``:
-every alert fires and resolves on series shaped like releasebot's; that file tests every
-alert, each firing once and not firing before and after; every alert has a summary, a
+annotations' templates), and ``promtool test rules`` runs
+``tests/data/prometheus/alerts-test.yaml``: every alert fires and resolves on series shaped
+like releasebot's; that file tests every alert, each firing once and quiet before and after
+(and a changed threshold makes it fail); every alert has a summary, a
 description, a severity and a ``runbook_url`` whose anchor is a heading of
 docs/operations.md; rules and dashboard queries name only series ``ServiceMetrics``
 exports; the dashboard takes its data source from the ``datasource`` variable, every panel
@@ -111,7 +113,8 @@ def test_every_alert_says_what_to_do_and_links_its_runbook() -> None:
     for name, rule in alerts().items():
         annotations = rule["annotations"]
         assert set(annotations) == {"summary", "description", "runbook_url"}, name
-        assert annotations["summary"].strip() and annotations["description"].strip(), name
+        assert annotations["summary"].strip(), name
+        assert annotations["description"].strip(), name
         assert rule["labels"]["severity"] in ("warning", "critical"), name
         assert "for" in rule, name
         url = annotations["runbook_url"]

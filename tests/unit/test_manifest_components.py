@@ -29,8 +29,8 @@ import yaml
 
 from releasebot.config import load_settings
 from releasebot.domain.coverage import Verdict
-from releasebot.domain.proof import ProofState
 from releasebot.domain.models import TargetState
+from releasebot.domain.proof import ProofState
 from releasebot.service.plan import PollStatus
 from tests.support.prometheus import dashboard, exported_series
 from tests.unit.test_manifests import (
