@@ -13,7 +13,8 @@ Prometheus (loopback, a free port, its own storage directory) scrapes ``/metrics
 second and evaluates a copy of ``config/components/alerts`` whose ``for`` durations are one
 second (nothing else changed). Through its HTTP API the test asserts: every rule is loaded
 and evaluates without error, every rule expression parses and the series it names exist,
-the alerts this scenario must raise are pending or firing, every dashboard query (Grafana's
+the alerts this scenario must raise are pending or firing with their annotations expanded
+(no template error), every dashboard query (Grafana's
 variables filled in) parses and returns series, and every series releasebot exports
 reaches Prometheus. Finally the bot stops and ``ReleasebotDown`` goes off. No timed
 assertion: each condition is polled with a generous deadline.
@@ -197,6 +198,16 @@ def test_prometheus_scrapes_releasebot_and_raises_the_shipped_alerts(
             pytest.fail(f"expected {expected}, active: {states}\n{bot.output()[-3000:]}")
         assert {states[name] for name in EXPECTED_ALERTS} <= {"pending", "firing"}
         assert "ReleasebotDown" not in states
+        # Their annotations as Prometheus expanded them, on real labels and values.
+        for alert in prometheus.alerts():
+            name = alert["labels"]["alertname"]
+            shipped = alerts()[name]["annotations"]
+            assert alert["annotations"]["runbook_url"] == shipped["runbook_url"]
+            for key in ("summary", "description"):
+                text = alert["annotations"][key]
+                assert text.strip(), (name, key)
+                for broken in ("error expanding template", "{{", "<no value>"):
+                    assert broken not in text, (name, key, text)
 
         # Every series releasebot exports reached Prometheus (a renamed one would not).
         def scraped() -> set[str]:
