@@ -210,12 +210,18 @@ def test_prometheus_scrapes_releasebot_and_raises_the_shipped_alerts(
                     assert broken not in text, (name, key, text)
 
         # Every series releasebot exports reached Prometheus (a renamed one would not).
-        def scraped() -> set[str]:
-            found = prometheus.query('count by (__name__) ({__name__=~"releasebot_.*"})')
-            names = {sample["metric"]["__name__"] for sample in found}
-            return names if exported_series() <= names else set()
+        missing: set[str] = set()
 
-        wait_for(scraped, timeout=60, every=0.5, what="every exported series scraped")
+        def scraped() -> bool:
+            found = prometheus.query('count by (__name__) ({__name__=~"releasebot_.*"})')
+            missing.clear()
+            missing.update(exported_series() - {sample["metric"]["__name__"] for sample in found})
+            return not missing
+
+        try:
+            wait_for(scraped, timeout=60, every=0.5, what="every exported series scraped")
+        except AssertionError:
+            pytest.fail(f"series releasebot exports that Prometheus never got: {sorted(missing)}")
 
         # Every rule expression parses; the quiet ones name series that exist.
         assert set(QUIET_ALERTS) | EXPECTED_ALERTS == set(alerts())
