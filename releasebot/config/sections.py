@@ -76,6 +76,10 @@ class NvidiaSettings:
     compile is found by its build (``incompatible``) and told once."""
 
 
+REGISTRY_AUTHS = ("dockerconfig", "ecr", "gcp", "azure")
+"""The values of ``registry.auth``."""
+
+
 @dataclass(frozen=True)
 class RegistrySettings:
     repository: str = setting(
@@ -95,6 +99,16 @@ class RegistrySettings:
         REGISTRY_TIMEOUT, Seconds(0, 3600, whole=False), key="timeout_seconds"
     )
     retries: int = setting(RetryPolicy.retries, rules.retries)
+    auth: str = setting("dockerconfig", rules.one_of(*REGISTRY_AUTHS))
+    """Where the registry password comes from. ``dockerconfig`` (the default, as before any
+    cloud support): ``username``/``password`` or ``docker_config``, a lasting password.
+    ``ecr``, ``gcp``, ``azure``: a short-lived token from the pod's workload identity
+    (IRSA / EKS Pod Identity, GKE Workload Identity, Azure Workload Identity), renewed
+    before it expires; needs ``releasebot[aws]``, ``[gcp]`` or ``[azure]`` (the image has
+    all three). docs/operations.md says what to create in each cloud."""
+    aws_region: str = setting("", rules.printable(40, empty=True))
+    """The AWS region of ECR's API (``auth = "ecr"``); empty: the one in the registry's host
+    (``<account>.dkr.ecr.<region>.amazonaws.com``), else ``AWS_REGION``."""
 
     @property
     def host(self) -> str:

@@ -32,6 +32,11 @@ from releasebot.domain.ports import (
 )
 from releasebot.edge.retry import real_sleep
 from releasebot.edge.stop import Halt
+from releasebot.registry.credentials import (
+    CachedTokenCredentials,
+    RegistryCredentials,
+    TokenFetcher,
+)
 from releasebot.service.fleet import FleetService
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.proof import ProofService
@@ -316,10 +321,43 @@ def plan_service(
         )
 
 
+def registry_credentials(settings: Settings) -> RegistryCredentials | None:
+    """The cloud token provider ``registry.auth`` names; ``None`` for ``dockerconfig``
+    (``OrasRegistry`` reads the docker config or the username itself). Each cloud's
+    library is imported only here, only when configured: ``ConfigError`` names the extra
+    to install when it is missing."""
+    registry = settings.registry
+    if registry.auth == "dockerconfig":
+        return None
+    if registry.username or registry.password:
+        raise ConfigError(
+            "registry.auth",
+            f"{registry.auth} obtains the registry password itself: unset registry.username "
+            "and registry.password",
+        )
+    fetch: TokenFetcher
+    if registry.auth == "ecr":
+        from releasebot.registry.ecr import ecr_fetcher
+
+        fetch = ecr_fetcher(registry.host, registry.aws_region, registry.timeout)
+    elif registry.auth == "gcp":
+        from releasebot.registry.gcp import gcp_fetcher
+
+        fetch = gcp_fetcher(registry.timeout)
+    else:
+        from releasebot.registry.azure import azure_fetcher
+
+        scheme = "http" if registry.insecure else "https"
+        verify: bool | str = (registry.ca_file or True) if registry.tls_verify else False
+        fetch = azure_fetcher(f"{scheme}://{registry.host}", verify, registry.timeout)
+    return CachedTokenCredentials(registry.auth, fetch, utc_now)
+
+
 def make_registry(settings: Settings, halt: Halt | None = None) -> Registry:
     from releasebot.registry.oras import OrasRegistry  # requests + oras: only when needed
 
     registry = settings.registry
+    credentials = registry_credentials(settings)
     try:
         return OrasRegistry(
             registry.repository,
@@ -329,6 +367,7 @@ def make_registry(settings: Settings, halt: Halt | None = None) -> Registry:
             docker_config=registry.docker_config or None,
             username=registry.username or None,
             password=registry.password or None,
+            credentials=credentials,
             timeout=registry.timeout,
             retries=registry.retries,
             user_agent=settings.http.user_agent,
