@@ -137,7 +137,9 @@ def _client_error(response: Any, operation: str) -> RegistryAuthError | Registry
             f"ecr: AWS refused the request as expired ({said}): check the node's clock "
             "(time sync) and that the projected service account token is being refreshed"
         )
-    if code in _DENIED:
+    metadata = response.get("ResponseMetadata", {}) if isinstance(response, dict) else {}
+    status = metadata.get("HTTPStatusCode") if isinstance(metadata, dict) else None
+    if code in _DENIED or status in (401, 403):
         return RegistryAuthError(
             f"ecr: AWS denied it ({said}): allow ecr:GetAuthorizationToken to releasebot's "
             "role, and let its trust policy accept the service account; see docs/operations.md"
