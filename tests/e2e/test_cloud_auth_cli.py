@@ -71,7 +71,10 @@ def assert_no_token(text: str, book: TokenBook) -> None:
 
 @pytest.mark.timeout(120)
 def test_plan_reads_the_registry_with_an_ecr_token(
-    config: Path, emulator: EcrEmulator, gate: Gate, plain_registry: RunningRegistry,
+    config: Path,
+    emulator: EcrEmulator,
+    gate: Gate,
+    plain_registry: RunningRegistry,
     registry_name: str,
 ) -> None:
     plain_registry.push_image(registry_name, TAG)
@@ -117,7 +120,11 @@ def test_plan_reads_the_registry_with_an_ecr_token(
 
 @pytest.mark.timeout(150)
 def test_run_keeps_working_past_the_tokens_expiry(
-    config: Path, tmp_path: Path, emulator: EcrEmulator, gate: Gate, kube_api: FakeKubeApi,
+    config: Path,
+    tmp_path: Path,
+    emulator: EcrEmulator,
+    gate: Gate,
+    kube_api: FakeKubeApi,
     plain_registry: RunningRegistry,
 ) -> None:
     emulator.lifetime = timedelta(seconds=2)

@@ -244,9 +244,7 @@ def test_gcp_denied_says_to_bind_the_service_account(
 
 
 @pytest.fixture
-def entra(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gate: Gate
-) -> Iterator[object]:
+def entra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gate: Gate) -> Iterator[object]:
     tls = make_tls_files(tmp_path / "tls")
     with azure_endpoints(tls.cert_file, tls.key_file, tmp_path / "azure-token") as endpoints:
         for key, value in endpoints.env(str(tls.ca_file)).items():

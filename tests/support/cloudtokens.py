@@ -269,8 +269,9 @@ def gcp_metadata(lifetime: timedelta = timedelta(hours=1)) -> Iterator[Metadata]
                     "email": "releasebot@gpu-fleet.iam.gserviceaccount.com",
                     "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
                 }
-                self.answer(200, {**flavor, "Content-Type": "application/json"},
-                            json.dumps(info).encode())
+                self.answer(
+                    200, {**flavor, "Content-Type": "application/json"}, json.dumps(info).encode()
+                )
             elif path == "/computeMetadata/v1/instance/service-accounts/default/token":
                 metadata.token_requests += 1
                 if metadata.deny:
