@@ -132,6 +132,10 @@ class KanikoSettings:
 
     executor_image: str = setting(DEFAULT_EXECUTOR_IMAGE, rules.kaniko_rule(kaniko.check_image))
     registry_secret: str = setting("releasebot-registry", rules.kaniko_rule(kaniko.check_name))
+    service_account: str = setting("", rules.kaniko_rule(kaniko.check_name, optional=True))
+    """The build Pods' service account; empty: the namespace's ``default``. With
+    ``registry.auth = "ecr"`` or ``"gcp"`` name the one bound to the cloud identity that may
+    push (Kaniko's credential helper uses it); unused by ``dockerconfig`` and ``azure``."""
     context: str = setting("", rules.git_context)
     """A git context (``git://host/repo.git#refs/heads/main#<commit>``); empty: the
     ConfigMap ``context_configmap`` mounted as ``dir://``."""
@@ -425,6 +429,8 @@ class Settings:
                 skip_tls_verify=not registry.tls_verify,
                 registry_ca_configmap=registry.ca_configmap or None,
                 user_namespace=shape.user_namespace,
+                registry_auth=registry.auth,
+                service_account=shape.service_account or None,
             )
         except InvalidOptionError as error:
             raise ConfigError(_KANIKO_KEYS.get(error.field, "kaniko"), error.problem) from None
@@ -468,6 +474,7 @@ _KANIKO_KEYS = {
     "namespace": "kubernetes.namespace",
     "registry_repository": "registry.repository",
     "registry_ca_configmap": "registry.ca_configmap",
+    "registry_auth": "registry.auth",
     "insecure_registry": "registry.insecure",
     "skip_tls_verify": "registry.tls_verify",
     **{

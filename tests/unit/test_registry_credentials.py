@@ -126,18 +126,22 @@ def test_ecr_answers_are_parsed_and_bounded() -> None:
 
 
 def test_auth_is_one_of_the_four() -> None:
-    with pytest.raises(ConfigError, match=r"REGISTRY_AUTH: must be one of dockerconfig, ecr, gcp, azure"):
+    with pytest.raises(
+        ConfigError, match=r"REGISTRY_AUTH: must be one of dockerconfig, ecr, gcp, azure"
+    ):
         load_settings(None, {"RELEASEBOT_REGISTRY_AUTH": "aws"})
 
 
 def test_a_cloud_auth_with_a_password_is_refused() -> None:
     from releasebot.wiring.core import registry_credentials
 
-    settings = load_settings(
-        None, {"RELEASEBOT_REGISTRY_AUTH": "ecr", "RELEASEBOT_REGISTRY_PASSWORD": "pw"}
-    )
-    with pytest.raises(ConfigError, match="unset registry.username and registry.password"):
-        registry_credentials(settings)
+    environ = {
+        "RELEASEBOT_REGISTRY_AUTH": "ecr",
+        "RELEASEBOT_REGISTRY_USERNAME": "u",
+        "RELEASEBOT_REGISTRY_PASSWORD": "pw",
+    }
+    with pytest.raises(ConfigError, match=r"leave registry\.username, registry\.password"):
+        load_settings(None, environ)
     assert registry_credentials(Settings()) is None
 
 
