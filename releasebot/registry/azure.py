@@ -25,7 +25,11 @@ from releasebot.domain.errors import ConfigError, RegistryAuthError, RegistryUna
 from releasebot.edge.json import JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry.credentials import MAX_TOKEN_CHARS, Token, TokenFetcher
-from releasebot.registry.tokenhttp import BoundedSession
+from releasebot.registry.tokenhttp import (
+    MAX_TOKEN_ANSWER_BYTES,
+    AnswerTooLargeError,
+    BoundedSession,
+)
 
 ACR_USER = "00000000-0000-0000-0000-000000000000"
 """The registry user name ACR expects with a refresh token (its documented null GUID)."""
@@ -88,6 +92,11 @@ def azure_fetcher(registry_url: str, verify: bool | str, timeout: timedelta) -> 
             answer = session.post(
                 f"{registry_url}/oauth2/exchange", data=form, timeout=seconds, verify=verify
             )
+        except AnswerTooLargeError:
+            raise RegistryAuthError(
+                f"azure: {host}/oauth2/exchange answered more than {MAX_TOKEN_ANSWER_BYTES} "
+                "bytes; a token answer is a few KB"
+            ) from None
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as error:
             raise RegistryUnavailableError(
                 f"azure: {host}/oauth2/exchange is unreachable ({type(error).__name__})"

@@ -67,7 +67,7 @@ def gcp_fetcher(timeout: timedelta) -> TokenFetcher:
             ) from None
         except google.auth.exceptions.TransportError as error:
             raise RegistryUnavailableError(
-                f"gcp: the metadata server is unreachable: {_trim(error)}"
+                f"gcp: the metadata server could not be reached or read: {_trim(error)}"
             ) from None
         except google.auth.exceptions.RefreshError as error:
             raise _refused(error) from None

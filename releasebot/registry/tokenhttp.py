@@ -31,7 +31,6 @@ class BoundedSession(requests.Session):
     def __init__(self, max_bytes: int = MAX_TOKEN_ANSWER_BYTES) -> None:
         super().__init__()
         self.max_bytes = max_bytes
-        self.max_redirects = 0
 
     def request(  # type: ignore[override]
         self, method: str, url: str, *args: Any, **kwargs: Any

@@ -90,7 +90,8 @@ def test_the_secret_follows_the_job_owned_by_it(
     assert volumes[0]["secret"]["secretName"] == secret["metadata"]["name"]
     assert logins.calls == 1
     posts = [r.path for r in kube_api.requests if r.method == "POST"]
-    assert "/jobs" in posts[0] and "/secrets" in posts[1]  # the Job first: the owner exists
+    assert "/jobs" in posts[0]
+    assert "/secrets" in posts[1]
 
 
 def test_a_refused_identity_creates_nothing(
@@ -119,7 +120,8 @@ def test_an_adopted_job_gets_its_secret_and_a_refused_secret_is_one_line(
     )
     with pytest.raises(ClusterRejectedError) as caught:
         launcher.launch(build)
-    assert "secret" in str(caught.value) and "\n" not in str(caught.value)
+    assert "secret" in str(caught.value)
+    assert "\n" not in str(caught.value)
     assert LOGIN not in str(caught.value)
     assert kube_api.secrets() == []
     assert launcher.launch(build) is False  # adopted

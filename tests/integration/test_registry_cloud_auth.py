@@ -93,7 +93,8 @@ def test_ecr_token_from_moto_opens_the_registry_and_is_cached(
     assert registry.tags() == {TAG}
     assert credentials.fetch_count == 1  # cached: one GetAuthorizationToken for three calls
     assert gate.book.count("AWS") == 1
-    assert "AWS" not in repr(credentials) and "ecr" in repr(registry)
+    assert "AWS" not in repr(credentials)
+    assert "ecr" in repr(registry)
     assert_no_token(repr(credentials) + repr(registry), gate.book)
 
 
@@ -151,7 +152,8 @@ def test_ecr_denied_is_one_line_naming_the_permission(
     assert "ecr:GetAuthorizationToken" in message
     assert "AccessDenied" in message
     assert key["SecretAccessKey"] not in message
-    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
 
 
 def test_ecr_without_credentials_says_to_give_the_pod_a_role(
@@ -301,4 +303,35 @@ def test_acr_without_the_webhooks_variables_says_what_to_label(
     monkeypatch.delenv("AZURE_FEDERATED_TOKEN_FILE")
     registry = registry_for(gate, registry_name, azure_credentials(gate))
     with pytest.raises(RegistryAuthError, match=r"^azure: no workload identity: .*use=true"):
+        registry.tags()
+
+
+# -- hostile token endpoints ----------------------------------------------------------------
+
+
+def test_a_hostile_entra_denial_is_shown_on_one_clean_line(
+    entra: object, gate: Gate, registry_name: str
+) -> None:
+    from tests.support.cloudtokens import Entra
+
+    assert isinstance(entra, Entra)
+    entra.deny = True
+    entra.denial = "AADSTS70021:\x1b[2J\x1b]0;owned\x07 denied\nFAKE LINE " + "x" * 5000
+    registry = registry_for(gate, registry_name, azure_credentials(gate))
+    with pytest.raises(RegistryAuthError) as caught:
+        registry.tags()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "\x1b" not in message
+    assert "\x07" not in message
+    assert len(message) < 600
+    assert "AADSTS70021" in message
+
+
+def test_an_endless_exchange_answer_is_cut_at_the_bound(
+    entra: object, gate: Gate, registry_name: str
+) -> None:
+    gate.exchange = lambda form: (200, b'{"refresh_token": "' + b"a" * 2_000_000 + b'"}')
+    registry = registry_for(gate, registry_name, azure_credentials(gate))
+    with pytest.raises(RegistryAuthError, match=r"answered more than 65536 bytes"):
         registry.tags()

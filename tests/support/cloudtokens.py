@@ -178,7 +178,7 @@ class EcrEmulator:
         return {
             "AWS_ENDPOINT_URL_ECR": self.url,
             "AWS_ACCESS_KEY_ID": "AKIAEMULATOREXAMPLE",
-            "AWS_SECRET_ACCESS_KEY": "emulator-secret",  # noqa: S105 - moto's fake key
+            "AWS_SECRET_ACCESS_KEY": "emulator-secret",
             "AWS_REGION": "us-east-1",
             "AWS_CONFIG_FILE": "/nonexistent/aws-config",
             "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
@@ -309,6 +309,10 @@ class Entra:
     lifetime: timedelta
     aad_tokens: dict[str, datetime] = field(default_factory=dict)
     deny: bool = False
+    denial: str = (
+        "AADSTS70021: No matching federated identity record found for presented assertion."
+    )
+    """The ``error_description`` of a denial (a test may make it hostile)."""
     token_requests: int = 0
 
     def env(self, ca_file: str) -> dict[str, str]:
@@ -363,12 +367,7 @@ def azure_endpoints(
                 and form.get("grant_type") == "client_credentials"
             )
             if entra.deny or not ok:
-                self._error(
-                    400,
-                    "invalid_client",
-                    "AADSTS70021: No matching federated identity record found for presented "
-                    "assertion.",
-                )
+                self._error(400, "invalid_client", entra.denial)
                 return
             access = "aad-" + secrets.token_urlsafe(24)
             entra.aad_tokens[access] = datetime.now(UTC) + timedelta(hours=1)
