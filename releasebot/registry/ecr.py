@@ -63,12 +63,15 @@ def ecr_fetcher(host: str, region: str, timeout: timedelta) -> TokenFetcher:
         user_agent_extra="releasebot",
     )
 
+    clients: list[Any] = []  # one client, made on first use: its credentials refresh
+
     def fetch() -> Token:
         try:
-            client = boto3.session.Session().client(
-                "ecr", region_name=region or None, config=config
-            )
-            answer = client.get_authorization_token(
+            if not clients:
+                clients.append(
+                    boto3.session.Session().client("ecr", region_name=region or None, config=config)
+                )
+            answer = clients[0].get_authorization_token(
                 **({"registryIds": [account]} if account else {})
             )
         except botocore.exceptions.NoRegionError:
