@@ -26,9 +26,11 @@ from releasebot.edge.text import one_line
 from releasebot.registry.credentials import MAX_TOKEN_CHARS, Token, TokenFetcher
 
 ECR_HOST = re.compile(
-    r"(?P<account>[0-9]{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?"
+    r"(?P<account>[0-9]{12})\.dkr[.-]ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)"
+    r"\.(?:amazonaws\.com(?:\.cn)?|on\.aws)"
 )
-"""An ECR registry's host name: the account that owns it and its region."""
+"""An ECR registry's host name (IPv4 ``.dkr.ecr.…amazonaws.com``, dual-stack
+``.dkr-ecr.….on.aws``): the account that owns it and its region."""
 
 _DENIED = {
     "AccessDenied",

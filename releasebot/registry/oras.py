@@ -194,8 +194,9 @@ class OrasRegistry:
             self._credentials = StaticCredentials(read_docker_config(docker_config, host))
         else:
             self._credentials = StaticCredentials(None)
-        self._basic_sent: str | None = None
-        """The basic credentials last used to answer a challenge: what ``renew`` replaces."""
+        self._sent = threading.local()
+        """Per thread, the basic credentials last used to answer a challenge: what
+        ``renew`` replaces when the registry refuses them."""
         self._auth_header: str | None = None
         """The last Authorization that worked, sent up front to save a 401 round trip."""
         self._lock = threading.Lock()
@@ -451,7 +452,8 @@ class OrasRegistry:
         except RegistryAuthError:
             # A cloud token may have been revoked or expired early (or the clocks disagree):
             # one new token and one more try; static credentials have nothing new to offer.
-            if self._basic_sent is None or self._credentials.renew(self._basic_sent) is None:
+            sent_basic: str | None = getattr(self._sent, "basic", None)
+            if sent_basic is None or self._credentials.renew(sent_basic) is None:
                 raise
             log.info("registry %s: credentials refused; renewed them once", self._host)
             return self._answered(method, url, headers, body, answer, None)
@@ -475,7 +477,7 @@ class OrasRegistry:
 
     def _current_basic(self) -> str | None:
         basic = self._credentials.basic()
-        self._basic_sent = basic
+        self._sent.basic = basic
         return basic
 
     def _answer_challenge(self, answer: RegistryAnswer, sent: str | None) -> str:

@@ -163,3 +163,21 @@ def test_a_missing_library_names_the_extra_to_install(
     with pytest.raises(ConfigError, match=r"^config: registry.auth: ") as caught:
         registry_credentials(settings)
     assert str(caught.value).endswith(f"install {extra}")
+
+
+@pytest.mark.parametrize(
+    ("host", "account", "region"),
+    [
+        ("123456789012.dkr.ecr.eu-west-1.amazonaws.com", "123456789012", "eu-west-1"),
+        ("123456789012.dkr.ecr-fips.us-east-1.amazonaws.com", "123456789012", "us-east-1"),
+        ("123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn", "123456789012", "cn-north-1"),
+        ("123456789012.dkr-ecr.eu-west-1.on.aws", "123456789012", "eu-west-1"),
+    ],
+)
+def test_ecr_hosts_name_their_account_and_region(host: str, account: str, region: str) -> None:
+    from releasebot.registry.ecr import ECR_HOST
+
+    found = ECR_HOST.fullmatch(host)
+    assert found is not None
+    assert (found.group("account"), found.group("region")) == (account, region)
+    assert ECR_HOST.fullmatch("registry.example.com") is None
