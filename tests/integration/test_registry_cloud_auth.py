@@ -335,3 +335,26 @@ def test_an_endless_exchange_answer_is_cut_at_the_bound(
     registry = registry_for(gate, registry_name, azure_credentials(gate))
     with pytest.raises(RegistryAuthError, match=r"answered more than 65536 bytes"):
         registry.tags()
+
+
+def test_a_token_service_answers_with_the_cloud_token_and_a_refusal_renews_it(
+    google: object, gate: Gate, plain_registry: RunningRegistry, registry_name: str
+) -> None:
+    """Artifact Registry and ACR answer a Bearer challenge: the cloud token goes to their
+    token service as basic credentials. A revoked one is refused there, renewed once, and
+    the registry token bought with the new one opens the registry."""
+    from tests.support.cloudtokens import Metadata
+
+    assert isinstance(google, Metadata)
+    google.book = gate.book
+    gate.bearer = True
+    plain_registry.push_image(registry_name, TAG)
+    credentials = gcp_credentials()
+    registry = registry_for(gate, registry_name, credentials)
+    assert registry.tags() == {TAG}
+    assert (gate.token_requests, credentials.fetch_count) == (1, 1)
+    gate.book.revoke_all()
+    gate.revoke_bearer()
+    assert registry.tags() == {TAG}
+    assert gate.token_requests == 3  # refused with the revoked token, then the new one
+    assert credentials.fetch_count == 2

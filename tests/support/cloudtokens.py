@@ -15,8 +15,10 @@
   ``/oauth2/exchange``, served by the token gate.
 - ``token_gate``: the REAL registry (Debian's docker-registry) behind a proxy that answers
   401 with a ``Basic`` challenge unless the request carries a user and password one of the
-  emulators issued and that has not expired (on this machine's clock). docker-registry's
-  own htpasswd cannot take a password that changes per call, hence the proxy.
+  emulators issued and that has not expired (on this machine's clock); or, with
+  ``bearer``, as Artifact Registry and ACR do: a ``Bearer`` challenge whose token service
+  takes the cloud token as basic credentials. docker-registry's own htpasswd cannot take a
+  password that changes per call, hence the proxy.
 
 Every token issued goes into a ``TokenBook``, so a test can revoke one or read how many
 were issued.
@@ -93,6 +95,15 @@ class Gate:
     book: TokenBook
     exchange: Any = None
     """``callable(form) -> (status, body)`` serving ``POST /oauth2/exchange`` (ACR)."""
+    bearer: bool = False
+    """Answer as Artifact Registry and ACR do: a ``Bearer`` challenge naming ``/token``,
+    which takes the live cloud token as basic credentials and hands out a registry token
+    (valid until ``revoke_bearer``)."""
+    bearer_tokens: set[str] = field(default_factory=set)
+    token_requests: int = 0
+
+    def revoke_bearer(self) -> None:
+        self.bearer_tokens.clear()
 
     def repository(self, name: str) -> str:
         return f"{self.host}/{name}"
@@ -106,6 +117,9 @@ def token_gate(upstream_base_url: str, book: TokenBook) -> Iterator[Gate]:
 
     class Handler(QuietHandler):
         def do_GET(self) -> None:
+            if gate.bearer and self.path.startswith("/token?"):
+                self._token()
+                return
             self._forward()
 
         def do_HEAD(self) -> None:
@@ -113,6 +127,16 @@ def token_gate(upstream_base_url: str, book: TokenBook) -> Iterator[Gate]:
 
         def do_PUT(self) -> None:
             self._forward()
+
+        def _token(self) -> None:
+            gate.token_requests += 1
+            if not self._basic_ok():
+                self.answer(401, {"Content-Type": "application/json"}, b'{"errors":[]}')
+                return
+            token = "registry-" + secrets.token_urlsafe(16)
+            gate.bearer_tokens.add(token)
+            body = json.dumps({"token": token, "expires_in": 300}).encode()
+            self.answer(200, {"Content-Type": "application/json"}, body)
 
         def do_POST(self) -> None:
             if self.path == "/oauth2/exchange" and gate.exchange is not None:
@@ -127,6 +151,12 @@ def token_gate(upstream_base_url: str, book: TokenBook) -> Iterator[Gate]:
             self._forward()
 
         def _authorized(self) -> bool:
+            if gate.bearer:
+                header = self.headers.get("Authorization", "")
+                return header.startswith("Bearer ") and header[7:] in gate.bearer_tokens
+            return self._basic_ok()
+
+        def _basic_ok(self) -> bool:
             header = self.headers.get("Authorization", "")
             if not header.startswith("Basic "):
                 return False
@@ -140,6 +170,13 @@ def token_gate(upstream_base_url: str, book: TokenBook) -> Iterator[Gate]:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if not self._authorized():
                 challenge = {"WWW-Authenticate": 'Basic realm="cloud"'}
+                if gate.bearer:
+                    realm = f"http://{gate.host}/token"
+                    scope = "repository:nvidia/driver:pull,push"  # not checked here
+                    challenge = {
+                        "WWW-Authenticate": f'Bearer realm="{realm}",service="cloud",'
+                        f'scope="{scope}"'
+                    }
                 error = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}'
                 self.answer(401, {**challenge, "Content-Type": "application/json"}, error)
                 return
