@@ -223,6 +223,16 @@ class StateStore(Protocol):
     def deletions(self) -> list[DeletionRecord]:
         """Every deletion retention recorded, oldest first."""
 
+    # -- change counters ---------------------------------------------------------------
+
+    def revisions(self) -> dict[str, int]:
+        """One change counter per table (``targets``, ``builds``, ``feeds``, ``outbox``...):
+        each write transaction adds one to the counter of every table it wrote. A table
+        never written has no entry (take it as 0). One cheap read: a reader that kept what
+        it read compares counters to skip a table that did not move. Edits made behind
+        releasebot's back do not move them, so such readers still read everything now and
+        then."""
+
     # -- the after-reboot proof -------------------------------------------------------------
 
     def proofs(self) -> list[ProofRecord]:

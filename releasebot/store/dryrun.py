@@ -43,6 +43,13 @@ class DryRunStore:
         self._polled: dict[str, set[str]] = {}
         """The versions of the latest Flatcar body this dry run read, per feed."""
 
+    def revisions(self) -> dict[str, int]:
+        """The real store's counters plus the overlay's: either moving moves the sum."""
+        counters = self._inner.revisions()
+        for table, value in self._overlay.revisions().items():
+            counters[table] = counters.get(table, 0) + value
+        return counters
+
     def feed_state(self, feed: str) -> FeedState | None:
         return self._inner.feed_state(feed)
 

@@ -91,6 +91,7 @@ class MemoryStateStore:
         self._fleet = FleetHistory()
         self._proofs: dict[str, ProofRecord] = {}
         self._deletions: list[DeletionRecord] = []
+        self._revisions: dict[str, int] = {}
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._lock:
@@ -114,6 +115,7 @@ class MemoryStateStore:
             for release in releases
         }
         with self._lock:
+            self._touch("feeds", "flatcar_releases", "flatcar_feed_entries")
             seen_before = self._record_body(feed, url, validators, now)
             entries = self._flatcar_entries.setdefault(feed, {})
             _merge(self._flatcar, entries, listed, now, seen_before)
@@ -129,6 +131,7 @@ class MemoryStateStore:
         now = _utc(now)
         listed = {driver.version.text: driver for driver in drivers}
         with self._lock:
+            self._touch("feeds", "driver_releases", "driver_feed_entries")
             seen_before = self._record_body(feed, url, validators, now)
             entries = self._driver_entries.setdefault(feed, {})
             _merge(self._drivers, entries, listed, now, seen_before)
@@ -138,6 +141,7 @@ class MemoryStateStore:
     ) -> None:
         now = _utc(now)
         with self._lock:
+            self._touch("feeds")
             old = self._feeds.get(feed) or _new_feed(feed, url)
             self._feeds[feed] = replace(
                 old,
@@ -150,6 +154,7 @@ class MemoryStateStore:
     def record_feed_failure(self, feed: str, url: str, error: str, now: datetime) -> None:
         now = _utc(now)
         with self._lock:
+            self._touch("feeds")
             old = self._feeds.get(feed) or _new_feed(feed, url)
             self._feeds[feed] = replace(
                 old,
@@ -172,6 +177,7 @@ class MemoryStateStore:
     def sync_targets(self, planned: Sequence[Target], now: datetime) -> list[TargetRecord]:
         now = _utc(now)
         with self._lock:
+            self._touch("targets")
             diff = diff_targets(self._targets, planned, now)
             for record in (*diff.inserts, *diff.updates):
                 self._targets[record.tag] = record
@@ -195,6 +201,7 @@ class MemoryStateStore:
     def ensure_target(self, target: Target, now: datetime) -> TargetRecord:
         record = requested_target(target, _utc(now))
         with self._lock:
+            self._touch("targets")
             return self._targets.setdefault(record.tag, record)
 
     def builds(self, *, tag: str | None = None, active_only: bool = False) -> list[BuildRecord]:
@@ -216,6 +223,7 @@ class MemoryStateStore:
         # Everything is checked before anything is written: one transaction, as in SQL.
         stored = _as_stored(events if self._keep_events else ())
         with self._lock:
+            self._touch(*self._written(targets=targets, builds=builds, events=events))
             for build in builds:
                 if build.tag not in self._targets:
                     # As the SQL stores' foreign key says it (engine.translate_error).
@@ -275,6 +283,7 @@ class MemoryStateStore:
     def mark_delivered(self, event_id: int, now: datetime, ref: MessageRef | None = None) -> None:
         now = _utc(now)
         with self._lock:
+            self._touch("outbox", "message_refs")
             row = self._row(event_id)
             if row is not None and row.delivered_at is None:
                 row.delivered_at, row.next_attempt_at = now, None
@@ -286,6 +295,7 @@ class MemoryStateStore:
     ) -> None:
         next_attempt_at = _utc(next_attempt_at)
         with self._lock:
+            self._touch("outbox")
             row = self._row(event_id)
             if row is not None and row.delivered_at is None:
                 row.attempts += 1
@@ -306,6 +316,7 @@ class MemoryStateStore:
         _utc(now)
         stored = _as_stored(events if self._keep_events else ())
         with self._lock:
+            self._touch("flags", *(("outbox",) if events else ()))
             if value is None:
                 self._flags.pop(name, None)
             else:
@@ -317,6 +328,7 @@ class MemoryStateStore:
 
     def record_fleet(self, nodes: Sequence[ParsedNode], now: datetime) -> None:
         with self._lock:
+            self._touch("fleet_nodes")
             self._fleet.record(nodes, _utc(now))
 
     def fleet_nodes(self) -> list[FleetRecord]:
@@ -343,6 +355,7 @@ class MemoryStateStore:
             deletion, deleted_at=_utc(deletion.deleted_at), reason=fit_error(deletion.reason)
         )
         with self._lock:
+            self._touch("retention_deletions", *(("outbox",) if events else ()))
             self._deletions.append(kept)
             for event in stored:
                 self._outbox.append(_Row(len(self._outbox) + 1, event))
@@ -377,10 +390,30 @@ class MemoryStateStore:
         ]
         self.save(targets=targets, events=events)  # checked first: it may refuse them
         with self._lock:
+            self._touch("proofs", *self._written(targets=targets, events=events))
             for name in removed:
                 self._proofs.pop(name, None)
             for record in kept:
                 self._proofs[record.node] = record
+
+    def revisions(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._revisions)
+
+    def _touch(self, *tables: str) -> None:
+        """Move the change counters as ``SqlStateStore`` does (``store/revisions.py``)."""
+        for table in tables:
+            self._revisions[table] = self._revisions.get(table, 0) + 1
+
+    @staticmethod
+    def _written(
+        *,
+        targets: Sequence[TargetRecord] = (),
+        builds: Sequence[BuildRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> tuple[str, ...]:
+        named = (("targets", targets), ("builds", builds), ("outbox", events))
+        return tuple(table for table, rows in named if rows)
 
     def _row(self, event_id: int) -> _Row | None:
         """The outbox row with ``event_id`` (ids are positions plus one, never reused)."""

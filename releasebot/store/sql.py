@@ -17,8 +17,8 @@ the outbox, message ref and flag statements live in ``outbox.py``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ from releasebot.domain.proof import ProofRecord
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
-from releasebot.store import fleet, outbox, retention
+from releasebot.store import fleet, outbox, retention, revisions
 from releasebot.store import proofs as proof_rows
 from releasebot.store.decode import row_mapper
 from releasebot.store.engine import transaction
@@ -73,6 +73,7 @@ class SqlStateStore:
     def __init__(self, engine: Engine, *, keep_events: bool = True) -> None:
         self._engine = engine
         self._keep_events = keep_events
+        revisions.install(engine)
 
     def feed_state(self, feed: str) -> FeedState | None:
         with self._transaction() as conn:
@@ -320,10 +321,21 @@ class SqlStateStore:
             _update(conn, _targets_table, ("tag",), [_target_status(t) for t in targets])
             outbox.insert_events(conn, events if self._keep_events else ())
 
-    def _transaction(self, *, write: bool = False) -> AbstractContextManager[Connection]:
+    def revisions(self) -> dict[str, int]:
+        with self._transaction() as conn:
+            return revisions.read(conn)
+
+    @contextmanager
+    def _transaction(self, *, write: bool = False) -> Iterator[Connection]:
         """One transaction; a ``write`` one waits for every other writer first (see the
-        module docstring): on PostgreSQL the advisory lock is its first statement."""
-        return transaction(self._engine, write=write, serialize=write)
+        module docstring): on PostgreSQL the advisory lock is its first statement. A write
+        one moves the change counter of every table it wrote (``revisions.py``)."""
+        with transaction(self._engine, write=write, serialize=write) as conn:
+            if not write:
+                yield conn
+                return
+            with revisions.tracked_writes(conn):
+                yield conn
 
 
 def _record_body(

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Date,
@@ -330,3 +331,13 @@ retention_deletions = Table(
     Column("deleted_at", UtcDateTime, nullable=False),
 )
 """Every registry tag retention deleted, with the digest and why; rows are never deleted."""
+
+store_revisions = Table(
+    "store_revisions",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+)
+"""One change counter per table: every write transaction of the store that changes a table
+adds one to its counter, in the same transaction (``store/revisions.py``). Readers compare
+counters to skip reading what did not change. Rows are never deleted."""

@@ -1,5 +1,5 @@
-"""The opt-in kustomize components: ``reboot-gate``, ``after-reboot-proof`` and ``alerts``, on
-top of each overlay.
+"""The opt-in kustomize components: ``reboot-gate``, ``after-reboot-proof``, ``alerts`` and
+``dashboard``, on top of each overlay.
 
 Each component is built with ``kubectl kustomize`` into an overlay (a kustomization in a
 temporary directory naming the overlay and the component). Covers: the reboot gate adds
@@ -9,11 +9,13 @@ base alone leaves the gate off and the fleet on; the after-reboot proof adds exa
 ``list`` on Pods and ``get`` on Pods/log in the GPU Operator's namespace and ``patch`` on
 Nodes, alone and beside the reboot gate; every object still validates strictly;
 the PrometheusRule's expressions name only series ``ServiceMetrics`` exports, with label
-values it writes.
+values it writes; the dashboard is a ConfigMap in the bot's namespace, labelled for
+Grafana's sidecar, holding ``releasebot.json`` unchanged, beside the alerts.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -27,8 +29,10 @@ import yaml
 
 from releasebot.config import load_settings
 from releasebot.domain.coverage import Verdict
+from releasebot.domain.models import TargetState
 from releasebot.domain.proof import ProofState
-from releasebot.service.metrics import ServiceMetrics
+from releasebot.service.plan import PollStatus
+from tests.support.prometheus import dashboard, exported_series
 from tests.unit.test_manifests import (
     CONFIG,
     NODE_RULES,
@@ -47,6 +51,7 @@ from tests.unit.test_manifests import (
 GATE_RULES = {("", "nodes", (), "patch")}
 PROOF_NAMESPACE_RULES = {("", "pods", (), "list"), ("", "pods/log", (), "get")}
 PROOF = "releasebot-after-reboot-proof"
+DASHBOARD = "releasebot-dashboard"
 BOT = {"kind": "ServiceAccount", "name": "releasebot", "namespace": "releasebot"}
 _SERIES = re.compile(r"\b(releasebot_[a-z_]+)\b")
 _LABEL = re.compile(r'(\w+)\s*(=~|=)\s*"([^"]*)"')
@@ -178,16 +183,24 @@ def test_the_prometheus_rule_watches_what_releasebot_exports(tmp_path: Path) -> 
     assert rule["metadata"]["namespace"] == "releasebot"
     alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
     assert set(alerts) == {
+        "ReleasebotRequiredTagsMissing",
+        "ReleasebotBuildsFailed",
+        "ReleasebotFeedFailing",
+        "ReleasebotFeedNeverAnswered",
+        "ReleasebotNoLeaderCycling",
+        "ReleasebotNotificationsStuck",
+        "ReleasebotDown",
         "ReleasebotFleetNodeWithoutImage",
         "ReleasebotFleetPendingRebootWithoutImage",
         "ReleasebotDriverRefusedOnNode",
     }
     assert alerts["ReleasebotFleetNodeWithoutImage"]["for"] == "10m"
-    exported = {metric.name for metric in ServiceMetrics().registry.collect()}
+    exported = exported_series()
     values = {
         "verdict": {verdict.value for verdict in Verdict},
         "reason": {"fleet", "pending-reboot"},
-        "state": {state.value for state in ProofState},
+        "state": {state.value for state in ProofState} | {state.value for state in TargetState},
+        "result": {status.value for status in PollStatus},
     }
     for name, alert in alerts.items():
         expr = alert["expr"]
@@ -199,3 +212,18 @@ def test_the_prometheus_rule_watches_what_releasebot_exports(tmp_path: Path) -> 
     for obj in objects:
         if obj["kind"] != "PrometheusRule":  # a CRD: kubernetes-validate has no schema
             kubernetes_validate.validate(obj, SCHEMA_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_dashboard_is_a_configmap_grafanas_sidecar_loads(overlay: str, tmp_path: Path) -> None:
+    objects = with_component(overlay, "dashboard", tmp_path, also=("alerts",))
+    [configmap] = [c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"] == DASHBOARD]
+    assert configmap["metadata"]["namespace"] == "releasebot"
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(configmap["data"]["releasebot.json"]) == dashboard()
+    assert len(of_kind(objects, "PrometheusRule")) == 1
+    for obj in objects:
+        if obj["kind"] == "PrometheusRule":  # a CRD: kubernetes-validate has no schema
+            continue
+        for version in SCHEMA_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
