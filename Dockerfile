@@ -29,9 +29,11 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN pip install "uv==0.13.9"
 WORKDIR /src
 # Dependencies first, from uv.lock exactly (hash-checked, --frozen: never re-resolved), in a
-# layer of their own that a code change does not invalidate.
+# layer of their own that a code change does not invalidate. With every cloud's credential
+# library (the extras aws, gcp, azure: registry.auth = "ecr", "gcp", "azure"), so one image
+# runs on any of them.
 COPY pyproject.toml uv.lock ./
-RUN uv sync --frozen --no-dev --no-install-project
+RUN uv sync --frozen --no-dev --no-install-project --extra aws --extra gcp --extra azure
 # Then releasebot itself, built as a wheel and installed (--no-editable), so the venv needs
 # no source tree; the wheel carries migrations/ as releasebot/_migrations.
 COPY README.md ./
@@ -39,8 +41,9 @@ COPY releasebot ./releasebot
 COPY migrations ./migrations
 # The checks: the entry point runs, and the INSTALLED package (python -I: not ./releasebot)
 # finds its packaged migrations and can migrate a scratch database to head.
-RUN uv sync --frozen --no-dev --no-editable \
+RUN uv sync --frozen --no-dev --no-editable --extra aws --extra gcp --extra azure \
  && /opt/releasebot/bin/releasebot --version \
+ && /opt/releasebot/bin/python -I -c "import boto3, google.auth, azure.identity" \
  && /opt/releasebot/bin/python -I -c "from releasebot.store import migrate; assert migrate.migrations_dir().parent.name == 'releasebot', migrate.migrations_dir()" \
  && RELEASEBOT_DATABASE_URL=sqlite:////tmp/smoke.db /opt/releasebot/bin/releasebot db upgrade \
  && rm -f /tmp/smoke.db*

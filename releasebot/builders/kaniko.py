@@ -29,13 +29,26 @@ The rules of the options are here once: ``KanikoOptions`` checks itself with the
 functions (and build ``KanikoOptions`` once at load for the rules between fields), so a
 bad setting is reported against its key before any Job exists.
 
+Registry credentials (``registry_auth``): ``dockerconfig`` mounts the Secret
+``registry_secret`` as Kaniko's ``config.json``. ``ecr`` and ``gcp`` mount a ``config.json``
+that only names Kaniko's built-in credential helper for the registry host
+(``{"credHelpers": {host: "ecr-login" | "gcr"}}``: the executor image ships
+``docker-credential-ecr-login`` and ``docker-credential-gcr`` in ``/kaniko``); it comes from
+a Pod annotation through a downward API volume, so no object is written and no secret
+exists, and the helper gets the token from the Pod's own workload identity (the Pods run
+as ``service_account``). ``azure`` (Kaniko's ACR helper reads a client secret, not a
+workload identity) mounts a per-Job Secret, ``registry_secret_name(job)``, which the
+launcher writes with a fresh ACR token just before the Job starts (``render_registry_secret``).
+
 Deliberately not here: talking to a cluster (``kubernetes.py``), choosing what to build
 (``domain.policy``), reading settings files (``releasebot.config`` builds ``KanikoOptions``).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,6 +98,11 @@ DOCKER_CONFIG_DIR = "/kaniko/.docker"
 WORKSPACE_DIR = "/workspace"
 REGISTRY_CA_DIR = "/kaniko/registry-ca"
 TERMINATION_LOG = "/dev/termination-log"
+DOCKER_CONFIG_ANNOTATION = "releasebot/docker-config"
+"""The Pod annotation holding the credential-helper ``config.json`` (``ecr``, ``gcp``)."""
+REGISTRY_AUTHS = ("dockerconfig", "ecr", "gcp", "azure")
+CREDENTIAL_HELPERS = {"ecr": "ecr-login", "gcp": "gcr"}
+"""The helper Kaniko's executor image ships for each cloud (``/kaniko/docker-credential-*``)."""
 
 _DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL_RE = re.compile(_DNS_LABEL)
@@ -183,6 +201,14 @@ class KanikoOptions:
     Kubernetes >= 1.33 nodes with idmapped mounts; off because other nodes fail the Pod."""
     extra_labels: Mapping[str, str] = field(default_factory=dict)
     """More labels on the Job and its Pod (e.g. for cost allocation); releasebot's own win."""
+    registry_auth: str = "dockerconfig"
+    """How the Pod logs in to push: ``dockerconfig`` (the ``registry_secret``), ``ecr`` or
+    ``gcp`` (Kaniko's credential helper and the Pod's workload identity), ``azure`` (a
+    Secret per Job the launcher writes). See the module docstring."""
+    service_account: str | None = None
+    """The build Pods' service account (``ecr``/``gcp``: the one bound to the cloud
+    identity that may push); ``None``: the namespace's ``default``. Its token is still not
+    mounted: IRSA and EKS Pod Identity inject their own, GKE's metadata server needs none."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "extra_labels", MappingProxyType(dict(self.extra_labels)))
@@ -191,6 +217,10 @@ class KanikoOptions:
             check_name("registry_ca_configmap", self.registry_ca_configmap)
         check_repository("registry_repository", self.registry_repository)
         check_name("registry_secret", self.registry_secret)
+        if self.registry_auth not in REGISTRY_AUTHS:
+            raise InvalidOptionError("registry_auth", f"must be one of {', '.join(REGISTRY_AUTHS)}")
+        if self.service_account is not None:
+            check_name("service_account", self.service_account)
         self._check_context()
         check_image("executor_image", self.executor_image)
         requests = {
@@ -291,6 +321,9 @@ def render_job(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
         ATTEMPT_LABEL: str(request.attempt),
     }
     annotations = {TAG_ANNOTATION: request.target.tag, DESTINATION_ANNOTATION: destination}
+    pod_annotations = dict(annotations)
+    if options.registry_auth in CREDENTIAL_HELPERS:
+        pod_annotations[DOCKER_CONFIG_ANNOTATION] = helper_docker_config(options)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": options.executor_image,
@@ -322,15 +355,7 @@ def render_job(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
             {"name": "docker-config", "mountPath": DOCKER_CONFIG_DIR, "readOnly": True},
         ],
     }
-    volumes: list[dict[str, Any]] = [
-        {
-            "name": "docker-config",
-            "secret": {
-                "secretName": options.registry_secret,
-                "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
-            },
-        }
-    ]
+    volumes: list[dict[str, Any]] = [_docker_config_volume(request, options)]
     if options.registry_ca_configmap is not None:
         container["volumeMounts"].append(
             {"name": "registry-ca", "mountPath": REGISTRY_CA_DIR, "readOnly": True}
@@ -360,6 +385,8 @@ def render_job(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
     }
     if options.user_namespace:
         pod_spec["hostUsers"] = False
+    if options.service_account is not None:
+        pod_spec["serviceAccountName"] = options.service_account
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -374,10 +401,69 @@ def render_job(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
             "activeDeadlineSeconds": int(options.active_deadline.total_seconds()),
             "ttlSecondsAfterFinished": int(options.ttl_after_finished.total_seconds()),
             "template": {
-                "metadata": {"labels": dict(labels), "annotations": dict(annotations)},
+                "metadata": {"labels": dict(labels), "annotations": pod_annotations},
                 "spec": pod_spec,
             },
         },
+    }
+
+
+def helper_docker_config(options: KanikoOptions) -> str:
+    """The ``config.json`` that names the cloud's credential helper for the registry host."""
+    host = options.registry_repository.split("/", 1)[0]
+    helper = CREDENTIAL_HELPERS[options.registry_auth]
+    return json.dumps({"credHelpers": {host: helper}}, sort_keys=True, separators=(",", ":"))
+
+
+def registry_secret_name(job_name: str) -> str:
+    """The per-Job registry Secret of ``registry_auth = "azure"`` (a Job name is a DNS
+    label of at most 63 characters, so this stays a valid Secret name)."""
+    return f"{job_name}-registry"
+
+
+def _docker_config_volume(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
+    if options.registry_auth in CREDENTIAL_HELPERS:
+        path = f"metadata.annotations['{DOCKER_CONFIG_ANNOTATION}']"
+        return {
+            "name": "docker-config",
+            "downwardAPI": {"items": [{"path": "config.json", "fieldRef": {"fieldPath": path}}]},
+        }
+    secret = (
+        registry_secret_name(request.job_name)
+        if options.registry_auth == "azure"
+        else options.registry_secret
+    )
+    return {
+        "name": "docker-config",
+        "secret": {
+            "secretName": secret,
+            "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+        },
+    }
+
+
+def render_registry_secret(
+    job_name: str, job_uid: str, options: KanikoOptions, basic: str
+) -> dict[str, Any]:
+    """The ``kubernetes.io/dockerconfigjson`` Secret a Job of ``registry_auth = "azure"``
+    mounts: ``basic`` (base64 ``user:token``) for the registry host, owned by the Job
+    (``job_uid``) so the garbage collector deletes it with the Job. Holds a secret: never
+    log or print what this returns."""
+    host = options.registry_repository.split("/", 1)[0]
+    config = json.dumps({"auths": {host: {"auth": basic}}}, separators=(",", ":"))
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {
+            "name": registry_secret_name(job_name),
+            "namespace": options.namespace,
+            "labels": {**BUILD_SELECTOR, "job-name": job_name},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid}
+            ],
+        },
+        "data": {".dockerconfigjson": base64.b64encode(config.encode()).decode("ascii")},
     }
 
 

@@ -17,6 +17,15 @@ module (``edge.kube`` translates them). The Job's Pods are listed through ``edge
 (bounded pages of raw JSON, each item converted to a Pod on its own): an item that is not
 a Pod is skipped with one log line, never the whole listing.
 
+With ``registry_auth = "azure"`` each Job mounts a Secret of its own
+(``kaniko.render_registry_secret``): ``launch`` asks ``registry_login`` for a fresh token
+BEFORE it creates the Job (a refused identity creates nothing), creates the Job, then the
+Secret owned by it (the Pod waits for its volume meanwhile); an adopted Job gets its Secret
+too (a crash in between). ``status`` deletes it once the Job has ended and ``delete`` with
+the Job; the garbage collector would anyway (the owner reference). RBAC: ``create`` and
+``delete`` on Secrets in the build namespace, nothing else
+(``config/components/registry-auth-azure``).
+
 Deliberately not here: watching (the service polls ``status`` once per cycle, which
 survives restarts and needs no long-lived connection), checking the pushed digest against
 the registry, and retries across cycles (the service decides by the error's class).
@@ -37,7 +46,7 @@ from lightkube import Client
 from lightkube.models.batch_v1 import JobCondition
 from lightkube.models.core_v1 import ContainerStateTerminated, ContainerStatus
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, Secret
 from lightkube.types import CascadeType
 
 from releasebot.builders.kaniko import (
@@ -50,11 +59,19 @@ from releasebot.builders.kaniko import (
     TARGET_LABEL,
     KanikoOptions,
     is_dns_label,
+    registry_secret_name,
     render_job,
+    render_registry_secret,
     trim_log_tail,
 )
 from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobStatus
-from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
+from releasebot.domain.errors import (
+    ClusterRejectedError,
+    ClusterUnavailableError,
+    RegistryAuthError,
+    RegistryError,
+    RegistryUnavailableError,
+)
 from releasebot.domain.untrusted import quoted
 from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, Answered, kube_call
 from releasebot.edge.kubelist import ListBounds, list_objects
@@ -94,7 +111,10 @@ class KubernetesJobLauncher:
         sleep: Callable[[float], None] = time.sleep,
         log_tail_lines: int = LOG_TAIL_LINES,
         log_tail_chars: int = LOG_TAIL_MAX_CHARS,
+        registry_login: Callable[[], str] | None = None,
     ) -> None:
+        """``registry_login`` (``registry_auth = "azure"``): a FRESH base64 ``user:token``
+        for one Job's Secret, valid for a whole build; it raises the registry's errors."""
         if attempts < 1:
             raise ValueError("attempts must be at least 1")
         self._client = client
@@ -104,6 +124,8 @@ class KubernetesJobLauncher:
         self._sleep = sleep
         self._log_tail_lines = log_tail_lines
         self._log_tail_chars = log_tail_chars
+        self._registry_login = registry_login
+        self._job_secrets = options.registry_auth == "azure"
 
     # -- JobLauncher -------------------------------------------------------------------
 
@@ -122,20 +144,25 @@ class KubernetesJobLauncher:
             job = msgspec.convert(manifest, type=Job)  # what Job.from_dict does, typed
         except msgspec.MsgspecError as error:  # a renderer bug, but never a crash
             raise ClusterRejectedError(f"kubernetes: cannot encode job {name}: {error}") from error
+        login = self._login(name) if self._job_secrets else None
         # Twice at most: a Job deleted between our create (409) and our read is created anew.
         for _ in range(2):
             try:
-                self._call(
+                created = self._call(
                     f"create job {name}",
                     lambda: self._client.create(job, namespace=self._namespace),
                     answers={409},
                 )
+                if login is not None:
+                    self._write_secret(name, _uid(created), login)
                 return True
             except Answered:
                 pass  # 409: it exists already (or a retried create did succeed): adopt it
             existing = self._read_job(name)
             if existing is not None:
                 self._check_adoptable(existing, manifest)
+                if login is not None:
+                    self._write_secret(name, _uid(existing), login)
                 return False
         raise ClusterUnavailableError(f"kubernetes: job {name} keeps vanishing after a conflict")
 
@@ -152,6 +179,8 @@ class KubernetesJobLauncher:
         }
         # Only the terminal conditions count: SuccessCriteriaMet and FailureTarget (1.31+)
         # come first, while the Pods may still be terminating.
+        if "Complete" in true_conditions or "Failed" in true_conditions:
+            self._delete_secret(job_name)  # the token is not needed any more
         if "Complete" in true_conditions:
             return self._succeeded(job_name, pods)
         if "Failed" in true_conditions:
@@ -166,6 +195,44 @@ class KubernetesJobLauncher:
                 lambda: self._client.delete(
                     Job, job_name, namespace=self._namespace, cascade=CascadeType.BACKGROUND
                 ),
+                answers={404},
+            )
+        self._delete_secret(job_name)
+
+    # -- the per-Job registry Secret (azure) ---------------------------------------------
+
+    def _login(self, job_name: str) -> str:
+        """A fresh registry login for ``job_name``'s Secret; the registry's errors become
+        the launcher's (a denied identity is a refusal a human must fix)."""
+        if self._registry_login is None:
+            raise ClusterRejectedError(
+                f"kubernetes: job {job_name} needs a registry login (registry.auth = azure)"
+            )
+        try:
+            return self._registry_login()
+        except RegistryUnavailableError as error:
+            raise ClusterUnavailableError(f"job {job_name}: {error}") from None
+        except (RegistryAuthError, RegistryError) as error:
+            raise ClusterRejectedError(f"job {job_name}: {error}") from None
+
+    def _write_secret(self, job_name: str, job_uid: str, login: str) -> None:
+        manifest = render_registry_secret(job_name, job_uid, self._options, login)
+        secret = msgspec.convert(manifest, type=Secret)
+        with contextlib.suppress(Answered):  # 409: written before a crash; same owner
+            self._call(
+                f"create secret {registry_secret_name(job_name)}",
+                lambda: self._client.create(secret, namespace=self._namespace),
+                answers={409},
+            )
+
+    def _delete_secret(self, job_name: str) -> None:
+        if not self._job_secrets:
+            return
+        name = registry_secret_name(job_name)
+        with contextlib.suppress(Answered):  # 404: already gone
+            self._call(
+                f"delete secret {name}",
+                lambda: self._client.delete(Secret, name, namespace=self._namespace),
                 answers={404},
             )
 
@@ -361,6 +428,13 @@ class KubernetesJobLauncher:
 
 def _one_line(text: str) -> str:
     return one_line(text, ERROR_TEXT_MAX_CHARS)
+
+
+def _uid(job: Job) -> str:
+    uid = job.metadata.uid if job.metadata else None
+    if not uid:
+        raise ClusterRejectedError("kubernetes: the API server answered a Job without a uid")
+    return uid
 
 
 def _owned_by(pod: Pod, job_uid: str | None) -> bool:

@@ -179,6 +179,15 @@ def _check_cross_field(settings: Settings) -> None:
         raise ConfigError("kaniko.context", "set a git:// context or kaniko.context_configmap")
     if settings.registry.password and not settings.registry.username:
         raise ConfigError("registry.username", "is needed when registry.password is set")
+    registry = settings.registry
+    if registry.auth != "dockerconfig" and (
+        registry.username or registry.password or registry.docker_config
+    ):
+        raise ConfigError(
+            "registry.auth",
+            f"{registry.auth} obtains the registry token itself: leave registry.username, "
+            "registry.password and registry.docker_config empty",
+        )
     if settings.build.retry_cap < settings.build.retry_base:
         raise ConfigError("build.retry_cap_seconds", "must not be less than retry_base_seconds")
     fleet = settings.fleet

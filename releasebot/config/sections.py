@@ -76,6 +76,10 @@ class NvidiaSettings:
     compile is found by its build (``incompatible``) and told once."""
 
 
+REGISTRY_AUTHS = ("dockerconfig", "ecr", "gcp", "azure")
+"""The values of ``registry.auth``."""
+
+
 @dataclass(frozen=True)
 class RegistrySettings:
     repository: str = setting(
@@ -95,6 +99,16 @@ class RegistrySettings:
         REGISTRY_TIMEOUT, Seconds(0, 3600, whole=False), key="timeout_seconds"
     )
     retries: int = setting(RetryPolicy.retries, rules.retries)
+    auth: str = setting("dockerconfig", rules.one_of(*REGISTRY_AUTHS))
+    """Where the registry password comes from. ``dockerconfig`` (the default, as before any
+    cloud support): ``username``/``password`` or ``docker_config``, a lasting password.
+    ``ecr``, ``gcp``, ``azure``: a short-lived token from the pod's workload identity
+    (IRSA / EKS Pod Identity, GKE Workload Identity, Azure Workload Identity), renewed
+    before it expires; needs ``releasebot[aws]``, ``[gcp]`` or ``[azure]`` (the image has
+    all three). docs/operations.md says what to create in each cloud."""
+    aws_region: str = setting("", rules.printable(40, empty=True))
+    """The AWS region of ECR's API (``auth = "ecr"``); empty: the one in the registry's host
+    (``<account>.dkr.ecr.<region>.amazonaws.com``), else ``AWS_REGION``."""
 
     @property
     def host(self) -> str:
@@ -118,6 +132,10 @@ class KanikoSettings:
 
     executor_image: str = setting(DEFAULT_EXECUTOR_IMAGE, rules.kaniko_rule(kaniko.check_image))
     registry_secret: str = setting("releasebot-registry", rules.kaniko_rule(kaniko.check_name))
+    service_account: str = setting("", rules.kaniko_rule(kaniko.check_name, optional=True))
+    """The build Pods' service account; empty: the namespace's ``default``. With
+    ``registry.auth = "ecr"`` or ``"gcp"`` name the one bound to the cloud identity that may
+    push (Kaniko's credential helper uses it); unused by ``dockerconfig`` and ``azure``."""
     context: str = setting("", rules.git_context)
     """A git context (``git://host/repo.git#refs/heads/main#<commit>``); empty: the
     ConfigMap ``context_configmap`` mounted as ``dir://``."""
@@ -411,6 +429,8 @@ class Settings:
                 skip_tls_verify=not registry.tls_verify,
                 registry_ca_configmap=registry.ca_configmap or None,
                 user_namespace=shape.user_namespace,
+                registry_auth=registry.auth,
+                service_account=shape.service_account or None,
             )
         except InvalidOptionError as error:
             raise ConfigError(_KANIKO_KEYS.get(error.field, "kaniko"), error.problem) from None
@@ -454,6 +474,7 @@ _KANIKO_KEYS = {
     "namespace": "kubernetes.namespace",
     "registry_repository": "registry.repository",
     "registry_ca_configmap": "registry.ca_configmap",
+    "registry_auth": "registry.auth",
     "insecure_registry": "registry.insecure",
     "skip_tls_verify": "registry.tls_verify",
     **{

@@ -21,9 +21,14 @@ exception escapes. Every name put into a URL matches the OCI grammar
 name, absolute URLs only inside this repository, and ``tags`` skips listed names outside it
 (one warning line), so a hostile listing cannot aim releasebot's credentials elsewhere.
 
+Credentials come from a ``RegistryCredentials`` (``registry/credentials.py``): a static
+password, or a cloud token that is renewed before it expires and, when the registry refuses
+it anyway (a 401 or 403), renewed once and the request sent again.
+
 Not here: pushing images (Kaniko does), deleting tags, Docker credential helpers
-(``credsStore``/``credHelpers``) and ``identitytoken`` refresh tokens (the Secret Kaniko
-mounts carries ``auth`` or ``username``/``password``), and Docker Hub's host aliases.
+(``credsStore``/``credHelpers``: the cloud providers replace them) and ``identitytoken``
+refresh tokens (the Secret Kaniko mounts carries ``auth`` or ``username``/``password``),
+and Docker Hub's host aliases.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ from releasebot.registry import (
     render_index,
     sha256_digest,
 )
+from releasebot.registry.credentials import RegistryCredentials, StaticCredentials
 from releasebot.registry.dockerconfig import encode_basic, read_docker_config
 
 log = logging.getLogger(__name__)
@@ -125,7 +131,8 @@ class OrasRegistry:
     ``insecure`` speaks plain HTTP; ``ca_file`` trusts a private CA; ``tls_verify=False``
     accepts any certificate (and wins over ``ca_file``). Credentials come from
     ``username``/``password`` or, failing those, from ``docker_config``'s entry for the
-    host; none means anonymous. ``retries`` extra attempts follow a transient failure,
+    host; none means anonymous; ``credentials`` (a cloud token provider) wins over all
+    three. ``retries`` extra attempts follow a transient failure,
     after ``backoff`` doubled per attempt up to ``max_backoff``.
 
     ``request_count`` counts every HTTP request sent (token requests and retries included).
@@ -141,6 +148,7 @@ class OrasRegistry:
         docker_config: str | None = None,
         username: str | None = None,
         password: str | None = None,
+        credentials: RegistryCredentials | None = None,
         timeout: timedelta = DEFAULT_TIMEOUT,
         retries: int = RetryPolicy.retries,
         sleep: Sleep = real_sleep,
@@ -178,20 +186,24 @@ class OrasRegistry:
         self._sleep = sleep
         self._page_size = page_size
         self._user_agent = user_agent
-        if username is not None or password is not None:
-            self._basic: str | None = encode_basic(username or "", password or "")
+        if credentials is not None:
+            self._credentials: RegistryCredentials = credentials
+        elif username is not None or password is not None:
+            self._credentials = StaticCredentials(encode_basic(username or "", password or ""))
         elif docker_config is not None:
-            self._basic = read_docker_config(docker_config, host)
+            self._credentials = StaticCredentials(read_docker_config(docker_config, host))
         else:
-            self._basic = None
+            self._credentials = StaticCredentials(None)
+        self._sent = threading.local()
+        """Per thread, the basic credentials last used to answer a challenge: what
+        ``renew`` replaces when the registry refuses them."""
         self._auth_header: str | None = None
         """The last Authorization that worked, sent up front to save a 401 round trip."""
         self._lock = threading.Lock()
         self.request_count = 0
 
     def __repr__(self) -> str:
-        credentials = "basic" if self._basic else "anonymous"
-        return f"OrasRegistry({self._repository!r}, credentials={credentials})"
+        return f"OrasRegistry({self._repository!r}, credentials={self._credentials.kind})"
 
     @property
     def repository(self) -> str:
@@ -435,23 +447,51 @@ class OrasRegistry:
         answer = self._send(method, url, _with_auth(headers, sent), body)
         if answer.status not in (401, 403):
             return answer
-        fresh = self._answer_challenge(answer, sent)
+        try:
+            return self._answered(method, url, headers, body, answer, sent)
+        except RegistryAuthError:
+            # A cloud token may have been revoked or expired early (or the clocks disagree):
+            # one new token and one more try; static credentials have nothing new to offer.
+            sent_basic: str | None = getattr(self._sent, "basic", None)
+            if sent_basic is None or self._credentials.renew(sent_basic) is None:
+                raise
+            log.info("registry %s: credentials refused; renewed them once", self._host)
+            return self._answered(method, url, headers, body, answer, None)
+
+    def _answered(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        challenged: RegistryAnswer,
+        sent: str | None,
+    ) -> RegistryAnswer:
+        """The request sent again with what answers ``challenged``; raises
+        ``RegistryAuthError`` when that is refused too."""
+        fresh = self._answer_challenge(challenged, sent)
         answer = self._send(method, url, _with_auth(headers, fresh), body)
         if answer.status in (401, 403):
             self._auth_failed(answer.status, answer.reason)
         return answer
+
+    def _current_basic(self) -> str | None:
+        basic = self._credentials.basic()
+        self._sent.basic = basic
+        return basic
 
     def _answer_challenge(self, answer: RegistryAnswer, sent: str | None) -> str:
         """The Authorization that answers the registry's challenge, or raise."""
         challenge = answer.headers.get("WWW-Authenticate", "")
         scheme = challenge.split(" ", 1)[0].lower()
         if scheme == "basic":
-            if self._basic is None:
+            basic = self._current_basic()
+            if basic is None:
                 raise RegistryAuthError(
                     f"registry {self._host}: {answer.status} {answer.reason} and no "
                     "credentials are configured for it — set the docker config or a username"
                 )
-            header = f"Basic {self._basic}"
+            header = f"Basic {basic}"
             if sent == header:
                 self._auth_failed(answer.status, answer.reason)
         elif scheme == "bearer":
@@ -475,13 +515,14 @@ class OrasRegistry:
         params = {key: value for key, value in (("service", service), ("scope", scope)) if value}
         prepared = requests.Request("GET", realm, params=params).prepare()
         headers = {"Accept": "application/json"}
-        if self._basic is not None:
-            headers["Authorization"] = f"Basic {self._basic}"
+        basic = self._current_basic()
+        if basic is not None:
+            headers["Authorization"] = f"Basic {basic}"
         answer = self._send("GET", str(prepared.url), headers, None)
         if answer.status in (401, 403):
             raise RegistryAuthError(
                 f"registry {self._host}: token service {parts.netloc} answered "
-                f"{answer.status} {answer.reason} — check the docker config / credentials"
+                f"{answer.status} {answer.reason} — {self._hint()}"
             )
         _raise_if_transient(answer)
         self._expect_ok(answer, "token")
@@ -492,9 +533,13 @@ class OrasRegistry:
         return token
 
     def _auth_failed(self, status: int, reason: str) -> NoReturn:
-        raise RegistryAuthError(
-            f"registry {self._host}: {status} {reason} — check the docker config / credentials"
-        )
+        raise RegistryAuthError(f"registry {self._host}: {status} {_trim(reason)} — {self._hint()}")
+
+    def _hint(self) -> str:
+        kind = self._credentials.kind
+        if kind in ("basic", "anonymous"):
+            return "check the docker config / credentials"
+        return f"check the registry permissions of the workload identity ({kind})"
 
     def _send(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None

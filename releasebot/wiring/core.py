@@ -32,6 +32,12 @@ from releasebot.domain.ports import (
 )
 from releasebot.edge.retry import real_sleep
 from releasebot.edge.stop import Halt
+from releasebot.registry.credentials import (
+    CachedTokenCredentials,
+    RegistryCredentials,
+    TokenFetcher,
+    check_token,
+)
 from releasebot.service.fleet import FleetService
 from releasebot.service.plan import FeedOutcome, FeedSpec, PlanService
 from releasebot.service.proof import ProofService
@@ -316,10 +322,49 @@ def plan_service(
         )
 
 
+def registry_credentials(settings: Settings) -> RegistryCredentials | None:
+    """The cloud token provider ``registry.auth`` names; ``None`` for ``dockerconfig``
+    (``OrasRegistry`` reads the docker config or the username itself)."""
+    fetch = token_fetcher(settings)
+    return None if fetch is None else CachedTokenCredentials(settings.registry.auth, fetch, utc_now)
+
+
+def job_registry_login(settings: Settings) -> Callable[[], str] | None:
+    """For ``registry.auth = "azure"``: a FRESH login per build Job's Secret (never the
+    bot's cached one, which may be minutes from its end), judged like any token."""
+    fetch = token_fetcher(settings) if settings.registry.auth == "azure" else None
+    if fetch is None:
+        return None
+    fetcher = fetch
+    return lambda: check_token("azure", fetcher(), utc_now()).encoded()
+
+
+def token_fetcher(settings: Settings) -> TokenFetcher | None:
+    """The fetcher of ``registry.auth``'s cloud. Each cloud's library is imported only
+    here, only when configured: ``ConfigError`` names the extra to install when missing."""
+    registry = settings.registry
+    if registry.auth == "ecr":
+        from releasebot.registry.ecr import ecr_fetcher
+
+        return ecr_fetcher(registry.host, registry.aws_region, registry.timeout)
+    if registry.auth == "gcp":
+        from releasebot.registry.gcp import gcp_fetcher
+
+        return gcp_fetcher(registry.timeout)
+    if registry.auth == "azure":
+        from releasebot.registry.azure import azure_fetcher
+
+        scheme = "http" if registry.insecure else "https"
+        verify: bool | str = (registry.ca_file or True) if registry.tls_verify else False
+        return azure_fetcher(f"{scheme}://{registry.host}", verify, registry.timeout)
+    return None
+
+
 def make_registry(settings: Settings, halt: Halt | None = None) -> Registry:
     from releasebot.registry.oras import OrasRegistry  # requests + oras: only when needed
 
     registry = settings.registry
+    credentials = registry_credentials(settings)
     try:
         return OrasRegistry(
             registry.repository,
@@ -329,6 +374,7 @@ def make_registry(settings: Settings, halt: Halt | None = None) -> Registry:
             docker_config=registry.docker_config or None,
             username=registry.username or None,
             password=registry.password or None,
+            credentials=credentials,
             timeout=registry.timeout,
             retries=registry.retries,
             user_agent=settings.http.user_agent,
@@ -348,7 +394,7 @@ def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
 
     kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
     client = make_kube_client(kubeconfig, settings.kubernetes.namespace)
-    return KubernetesJobLauncher(client, options)
+    return KubernetesJobLauncher(client, options, registry_login=job_registry_login(settings))
 
 
 def reconcile_options(settings: Settings) -> ReconcileOptions:

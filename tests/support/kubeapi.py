@@ -31,6 +31,8 @@ real API server's behaviour, kmock 0.8 differs, and this module fixes it:
 - DELETE of a Job with ``propagationPolicy`` Background or Foreground removes its Pods
   (the garbage collector, at once); without it they are orphaned, as for a real batch/v1
   Job deleted through the API.
+- Secrets (the per-Job registry Secret of ``registry.auth = "azure"``): create (409 for a
+  second), get, delete; no garbage collection of owned objects.
 - Faults on demand: the next N requests (or all, until cleared) answer 503, 429, 403...
 - Nodes (with real ``limit``/``continue`` pagination and merge-patch), the GPU Operator's
   ClusterPolicies and NVIDIADrivers (404 until their CRDs are "installed") and RBAC
@@ -79,7 +81,8 @@ T = TypeVar("T")
 JOBS = kmock.resource("batch", "v1", "jobs")
 PODS = kmock.resource("", "v1", "pods")
 LEASES = kmock.resource("coordination.k8s.io", "v1", "leases")
-_KINDS = {JOBS: "Job", PODS: "Pod"}
+SECRETS = kmock.resource("", "v1", "secrets")
+_KINDS = {JOBS: "Job", PODS: "Pod", SECRETS: "Secret"}
 DEFAULT_TOKEN = "test-token"  # a fake server's fake bearer token
 FALLBACK_LINES = 80  # the kubelet's FallbackToLogsOnError: at most 80 lines...
 FALLBACK_BYTES = 2048  # ... and 2 KiB of the log's end
@@ -184,6 +187,9 @@ class FakeKubeApi(Started):
         )
         emulator.resources["v1/pods"] = kmock.ResourceInfo(
             kind="Pod", singular="pod", namespaced=True, verbs={"get", "list"}, subresources={"log"}
+        )
+        emulator.resources["v1/secrets"] = kmock.ResourceInfo(  # per-Job registry Secrets
+            kind="Secret", singular="secret", namespaced=True, verbs={"create", "get", "delete"}
         )
         emulator.resources["coordination.k8s.io/v1/leases"] = kmock.ResourceInfo(
             kind="Lease",
@@ -302,6 +308,10 @@ class FakeKubeApi(Started):
         job = self._call(lambda emulator: emulator.read_object(JOBS, self.namespace, name))
         assert job is not None, f"no job {name!r}"
         return job
+
+    def secrets(self) -> list[dict[str, Any]]:
+        """Every Secret that exists now in the fake's namespace."""
+        return self._call(lambda emulator: emulator.live_objects(SECRETS, self.namespace))
 
     def leases(self) -> dict[str, dict[str, Any]]:
         """Every Lease in the fake's namespace, by name."""
