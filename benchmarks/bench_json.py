@@ -8,13 +8,21 @@ releasebot's real ones: a Flatcar feed (the beta channel is ~1.1 MB; the real co
 page of 500 Kubernetes Nodes (~10 MB, the fleet's page size): milliseconds per call and
 per MB for both, and the overhead as a ratio. It fails if a document is refused.
 
+Then the other direction, the CLI's JSON writer (``cli.tables.write_json``) against what
+it replaced, ``json.dump(value, stdout, indent=2)``, on the JSON of 10,000 targets (1,000
+with ``--short``) written to a stream that passes every write on to the system, as stdout
+does under ``PYTHONUNBUFFERED=1`` (the image sets it): writes and milliseconds for both. It
+fails if the two do not write the same bytes.
+
     uv run python benchmarks/bench_json.py [--short]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from releasebot.cli.tables import write_json  # noqa: E402
 from releasebot.edge.json import JsonLimits, decode_json  # noqa: E402
 
 LIMITS = JsonLimits(max_bytes=64 * 1024 * 1024)
@@ -48,6 +57,66 @@ def node_page(nodes: int) -> bytes:
     items = node["items"] if isinstance(node, dict) else node
     page = [items[i % len(items)] for i in range(nodes)]
     return json.dumps({"kind": "NodeList", "apiVersion": "v1", "items": page}).encode()
+
+
+def targets_json(count: int) -> list[dict[str, object]]:
+    """What ``plan --format json`` prints for ``count`` targets (``cli.tables.target_json``)."""
+    return [
+        {
+            "tag": f"580.{n % 100}.01-flatcar5000.2.{n // 100}",
+            "driver_version": f"580.{n % 100}.01",
+            "driver_branch": "580",
+            "flatcar_version": f"5000.2.{n // 100}",
+            "flatcar_channel": "stable",
+            "kernel": f"6.12.{n // 100}",
+            "kernel_release": f"6.12.{n // 100}-flatcar",
+            "arches": ["amd64", "arm64"],
+            "reasons": ["channel"],
+            "state": "published",
+            "next": "none",
+            "digest": "sha256:" + f"{n:064x}",
+            "attempts": 1,
+            "last_error": None,
+            "first_planned_at": "2026-08-13T15:48:35+00:00",
+            "proven_at": None,
+            "proven_node": None,
+        }
+        for n in range(count)
+    ]
+
+
+class SystemStream(io.TextIOWrapper):
+    """A text stream on /dev/null that writes through at every write, and counts them."""
+
+    def __init__(self) -> None:
+        super().__init__(open(os.devnull, "wb", buffering=0), write_through=True)  # noqa: SIM115
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def old_write(value: object, out: io.TextIOBase) -> None:
+    json.dump(value, out, indent=2)
+    out.write("\n")
+
+
+def bench_writer(count: int, runs: int) -> str | None:
+    """Prints the writer's line; returns a failure, if any."""
+    value = targets_json(count)
+    old, new = io.StringIO(), io.StringIO()
+    old_write(value, old)
+    write_json(value, new)
+    if old.getvalue() != new.getvalue():
+        return "write_json does not write the bytes json.dump wrote"
+    print(f"\n{'writer':<26} {'targets':>8} {'writes':>8} {'ms':>8}")
+    for name, write in (("json.dump(indent=2)", old_write), ("write_json", write_json)):
+        with SystemStream() as stream:
+            seconds = best_of(runs, lambda write=write, stream=stream: write(value, stream))  # type: ignore[misc]
+            writes = stream.writes // runs
+        print(f"{name:<26} {count:>8} {writes:>8} {seconds * 1e3:>8.1f}")
+    return None
 
 
 def best_of(runs: int, call: Callable[[], object]) -> float:
@@ -79,6 +148,10 @@ def main() -> int:
             f"{name:<14} {megabytes:>7.2f} {plain * 1e3:>14.2f} {bounded * 1e3:>15.2f} "
             f"{bounded * 1e3 / megabytes:>7.1f} {bounded / plain:>6.2f}"
         )
+    failure = bench_writer(1000 if args.short else 10_000, runs)
+    if failure is not None:
+        print(f"FAILED: {failure}")
+        return 1
     return 0
 
 

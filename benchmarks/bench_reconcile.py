@@ -1,4 +1,5 @@
-"""Benchmark: one reconcile cycle over 1,000 targets of which 990 already exist.
+"""Benchmark: one reconcile cycle over 1,000 targets of which 990 already exist; then the
+one-shot commands as processes on the same case.
 
 Real parts: a docker-registry on loopback holding the 990 tags, SQLite, HTTP feeds on
 loopback (synthetic: 100 stable releases x 10 drivers of one branch). The Kubernetes API is
@@ -10,14 +11,23 @@ and a steady cycle (nothing changed, 10 builds running): wall time, CPU time, re
 requests, Kubernetes requests, peak RSS. The registry must be asked O(pages) times, not
 once per target: the run fails if a cycle makes more than 20 registry requests.
 
-    uv run python benchmarks/bench_reconcile.py [--short]
+Then each one-shot command as a process of its own, as a CronJob or a person runs it,
+against the same database, registry, feeds and API server (a kubeconfig): ``plan
+--format json``, ``plan`` (the table), ``reconcile --once --dry-run`` and ``reconcile
+--once``; CPU is the child's own (``wait4``), with ``PYTHONUNBUFFERED=1`` as the image
+sets it, so every write to stdout is a system call. ``--drivers N`` scales the case to
+100 x N targets (``--drivers 30``: 3,000; ``--drivers 100``: 10,000).
+
+    uv run python benchmarks/bench_reconcile.py [--short] [--drivers N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -69,7 +79,7 @@ def flatcar_feed() -> bytes:
     return json.dumps(entries).encode()
 
 
-def nvidia_feed() -> bytes:
+def nvidia_feed(drivers: int = DRIVERS) -> bytes:
     info = [
         {
             "release_version": f"580.{200 - n}.01",
@@ -80,13 +90,13 @@ def nvidia_feed() -> bytes:
                 "x86_64": f"https://us.download.nvidia.com/tesla/580.{200 - n}.01/x.run"
             },
         }
-        for n in range(DRIVERS)
+        for n in range(drivers)
     ]
     return json.dumps({"580": {"type": "lts branch", "driver_info": info}}).encode()
 
 
-def tags_that_exist() -> list[str]:
-    every = [f"580.{200 - d}.01-flatcar5000.2.{r}" for r in range(RELEASES) for d in range(DRIVERS)]
+def tags_that_exist(drivers: int = DRIVERS) -> list[str]:
+    every = [f"580.{200 - d}.01-flatcar5000.2.{r}" for r in range(RELEASES) for d in range(drivers)]
     return every[MISSING:]
 
 
@@ -107,6 +117,51 @@ def seed_registry(registry: RunningRegistry, path: str, tags: list[str]) -> None
             list(pool.map(put, tags[1:]))
 
 
+COMMANDS = {
+    "plan json": ["plan", "--format", "json"],
+    "plan table": ["plan"],
+    "dry-run": ["reconcile", "--once", "--dry-run"],
+    "once": ["reconcile", "--once"],
+}
+
+
+def write_config(
+    directory: Path, running: RunningRegistry, feeds: FeedServer, api: FakeKubeApi, drivers: int
+) -> Path:
+    """The settings of the case above, for the commands run as processes."""
+    kubeconfig = api.write_kubeconfig(directory / "kubeconfig")
+    config = directory / "bench.toml"
+    config.write_text(
+        f'[database]\nurl = "sqlite:///{directory}/bench.db"\n'
+        f'[flatcar]\nfeed_url = "{feeds.url("/stable.json")}"\nchannels = ["stable"]\n'
+        f"keep = {RELEASES}\n"
+        f'[nvidia]\nfeed_url = "{feeds.url("/nvidia.json")}"\nbranches = ["580"]\n'
+        f"keep = {drivers}\n"
+        f'[registry]\nrepository = "{running.repository("bench/driver")}"\ninsecure = true\n'
+        f'[kubernetes]\nnamespace = "{api.namespace}"\nkubeconfig = "{kubeconfig}"\n'
+        f'[kaniko]\ncontext = "{CONTEXT}"\n'
+        f"[build]\nmax_concurrent_builds = {MISSING}\n"
+        "[recipe]\ncheck_inputs = false\n",
+        encoding="utf-8",
+    )
+    return config
+
+
+def run_command(argv: list[str], config: Path) -> tuple[float, float, int]:
+    """One ``releasebot`` process: wall s, CPU s (its own) and bytes it wrote to stdout."""
+    command = [sys.executable, "-m", "releasebot", *argv, "--quiet", "--config", str(config)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=err, cwd=REPO, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise SystemExit(f"releasebot {' '.join(argv)} failed: {err.read().decode()}")
+        return wall, usage.ru_utime + usage.ru_stime, out.tell()
+
+
 def thread_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_THREAD)
     return usage.ru_utime + usage.ru_stime
@@ -115,7 +170,11 @@ def thread_cpu() -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="one steady cycle instead of three")
+    parser.add_argument(
+        "--drivers", type=int, default=DRIVERS, help=f"drivers (default {DRIVERS}): 100 x N targets"
+    )
     args = parser.parse_args()
+    drivers = args.drivers
     failures = []
     with (
         tempfile.TemporaryDirectory() as temporary,
@@ -125,9 +184,9 @@ def main() -> int:
         httpx.Client(timeout=10) as http,
     ):
         path = "bench/driver"
-        seed_registry(running, path, tags_that_exist())
+        seed_registry(running, path, tags_that_exist(drivers))
         feeds.route("/stable.json", FeedServer.static(flatcar_feed(), etag='"f"'))
-        feeds.route("/nvidia.json", FeedServer.static(nvidia_feed(), etag='"n"'))
+        feeds.route("/nvidia.json", FeedServer.static(nvidia_feed(drivers), etag='"n"'))
         engine = make_engine(f"sqlite:///{temporary}/bench.db")
         migrate.upgrade(engine)
         store = SqlStateStore(engine)
@@ -149,7 +208,7 @@ def main() -> int:
             parse_nvidia=parse_nvidia_feed,
             policy=Policy(
                 FlatcarPolicy(("stable",), frozenset({Arch.AMD64}), keep=RELEASES),
-                DriverPolicy(frozenset({"580"}), frozenset(), keep=DRIVERS),
+                DriverPolicy(frozenset({"580"}), frozenset(), keep=drivers),
             ),
             clock=utc_now,
         )
@@ -161,10 +220,8 @@ def main() -> int:
             clock=utc_now,
             options=ReconcileOptions(max_concurrent_builds=MISSING),
         )
-        print(
-            f"targets: {RELEASES * DRIVERS}, "
-            f"already in the registry: {RELEASES * DRIVERS - MISSING}"
-        )
+        total = RELEASES * drivers
+        print(f"targets: {total}, already in the registry: {total - MISSING}")
         print(
             f"{'cycle':<8} {'wall s':>7} {'cpu s':>7} {'registry req':>13} {'k8s req':>8} "
             f"{'launched':>9} {'rss MiB':>8}"
@@ -186,10 +243,14 @@ def main() -> int:
                 failures.append(f"{name} cycle errors: {report.errors}")
         published = sum(1 for t in store.targets() if t.state.value == "published")
         print(f"published: {published}, building: {len(store.builds(active_only=True))}")
-        if published != RELEASES * DRIVERS - MISSING:
-            failures.append(
-                f"{published} targets published, expected {RELEASES * DRIVERS - MISSING}"
-            )
+        if published != total - MISSING:
+            failures.append(f"{published} targets published, expected {total - MISSING}")
+        config = write_config(Path(temporary), running, feeds, api, drivers)
+        print(f"{'command':<11} {'wall s':>7} {'cpu s':>7} {'stdout KiB':>11}")
+        for _ in range(1 if args.short else 3):
+            for name, argv in COMMANDS.items():
+                wall, cpu, written = run_command(argv, config)
+                print(f"{name:<11} {wall:7.3f} {cpu:7.3f} {written / 1024:11.1f}")
         registry.close()
         kube.close()
         engine.dispose()

@@ -13,7 +13,6 @@ mask (``logs.RedactSecrets``: by form always, by value once the settings are loa
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from releasebot import __version__
 from releasebot.cli import fleet, retention
-from releasebot.cli.tables import print_coverage, print_targets, target_json
+from releasebot.cli.tables import print_coverage, print_targets, target_json, write_json, write_line
 from releasebot.domain.decisions import Action
 from releasebot.domain.errors import (
     ConfigError,
@@ -245,7 +244,8 @@ def _demo(
         signal.signal(number, lambda _number, _frame: stop.set())
 
     def ready(url: str) -> None:
-        print(f"\nThe coverage page: {url}  (Ctrl-C stops)", flush=True)
+        sys.stdout.write(f"\nThe coverage page: {url}  (Ctrl-C stops)\n")
+        sys.stdout.flush()
 
     return serve_demo(settings, args.listen, stop, ready)
 
@@ -281,8 +281,7 @@ def _run_plan(
             "targets": [target_json(t, now) for t in targets],
             "fleet": coverage_json(coverage),
         }
-        json.dump(both, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(both, sys.stdout)
     else:
         print_targets(targets, args.format, sys.stdout)
         sys.stdout.write("\nThe simulated fleet:\n")
@@ -361,13 +360,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
     if args.dry_run:
-        json.dump(report.manifests, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(report.manifests, sys.stdout)
     else:
+        lines = []
         for decision in report.decisions:
             job = f" [{decision.job}]" if decision.job else ""
             detail = f": {decision.detail}" if decision.detail else ""
-            print(f"{decision.action} {decision.tag}{job}{detail}")
+            lines.append(f"{decision.action} {decision.tag}{job}{detail}\n")
+        sys.stdout.write("".join(lines))
     for problem in report.errors:
         _error(problem, args)
     # Each refusal's reason on stderr itself: the ``rejected`` lines above went to stdout,
@@ -401,15 +401,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     except VerificationError as error:
         _error(f"NOT verified {shown}: {error}", args)
         return EXIT_FAILED
-    print(f"verified {shown}@{verification.digest}: {verification.summary()}")
+    write_line(f"verified {shown}@{verification.digest}: {verification.summary()}", sys.stdout)
     return EXIT_OK
 
 
 def _cmd_recipe_configmap(args: argparse.Namespace) -> int:
     from releasebot.wiring import recipe_manifest
 
-    json.dump(recipe_manifest(_load(args)), sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    write_json(recipe_manifest(_load(args)), sys.stdout)
     return EXIT_OK
 
 
@@ -430,7 +429,7 @@ def _cmd_db_downgrade(args: argparse.Namespace) -> int:
 def _cmd_db_current(args: argparse.Namespace) -> int:
     from releasebot.wiring import db_current
 
-    print(db_current(_load(args).database.url))
+    write_line(db_current(_load(args).database.url), sys.stdout)
     return EXIT_OK
 
 
@@ -480,4 +479,4 @@ def _say(args: argparse.Namespace, message: str) -> None:
 def _error(message: str, args: argparse.Namespace | None = None) -> None:
     """One ``releasebot: ...`` line on stderr, every credential in it masked."""
     redact = getattr(args, "redact", None) or RedactSecrets()
-    print(f"releasebot: {redact.redact(message)}", file=sys.stderr)
+    write_line(f"releasebot: {redact.redact(message)}", sys.stderr)

@@ -15,11 +15,10 @@ could not be read; 2 bad usage or configuration (``--apply`` with retention disa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from releasebot.cli.tables import error
+from releasebot.cli.tables import error, write_json
 from releasebot.domain.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -61,8 +60,7 @@ def _cmd_retention(args: argparse.Namespace) -> int:
     with retention_service(settings, apply=args.apply) as service:
         report = service.run(apply=args.apply)
     if args.format == "json":
-        json.dump(report_json(report), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        write_json(report_json(report), sys.stdout)
     else:
         print_report(report, sys.stdout)
     if report.plan.held is not None:
@@ -79,8 +77,14 @@ def _cmd_retention(args: argparse.Namespace) -> int:
 
 
 def print_report(report: RetentionReport, out: TextIO) -> None:
+    """``format_report(report)``, in one write."""
+    out.write(format_report(report))
+
+
+def format_report(report: RetentionReport) -> str:
     """Applied: what was deleted as deleted (also when a refusal stopped the run later),
     and, after a refusal, what it left as not deleted; a dry run: what it would delete."""
+    lines: list[str] = []
     plan = report.plan
     deleted = {record.tag for record in report.deleted}
     left = 0
@@ -94,13 +98,13 @@ def print_report(report: RetentionReport, out: TextIO) -> None:
             left += 1
         else:  # a delete that failed: its error line says why
             continue
-        out.write(f"{verb:<13} {deletion.tag}  {deletion.digest or '-'}\n")
-        out.write(f"{'':<13} {deletion.reason}\n")
+        lines.append(f"{verb:<13} {deletion.tag}  {deletion.digest or '-'}\n")
+        lines.append(f"{'':<13} {deletion.reason}\n")
     for kept in plan.keep:
         reason = kept.reason
         if len(reason) > KEEP_REASON_CHARS:
             reason = reason[: KEEP_REASON_CHARS - 1] + "…"
-        out.write(f"{'keep':<13} {kept.tag}  {reason}\n")
+        lines.append(f"{'keep':<13} {kept.tag}  {reason}\n")
     if report.applied:
         summary = f"{len(report.deleted)} tag(s) deleted"
         if left:
@@ -112,7 +116,8 @@ def print_report(report: RetentionReport, out: TextIO) -> None:
         summary += f", {plan.foreign} other tag(s) not of releasebot's shape left alone"
     if not report.applied and plan.delete:
         summary += " (a dry run: nothing was deleted)"
-    out.write(summary + "\n")
+    lines.append(summary + "\n")
+    return "".join(lines)
 
 
 def report_json(report: RetentionReport) -> dict[str, Any]:

@@ -6,13 +6,25 @@ and its releases planned, exactly as a real cycle would, yet the database never 
 A fleet listing is overlaid too (``fleet_nodes`` shows it once the dry run listed the
 fleet). Events, deliveries and flags are not overlaid: a dry run announces nothing and
 pauses nothing, so those writes are simply dropped; so is a retention deletion's record.
+
+What it reads from the real store it reads in bulk, one read per table, never one query
+per target: planning at 10,000 targets used to send 10,000 SELECTs, each in its own
+transaction, to learn each planned target's stored state. The targets, the feeds' rows and
+each feed's releases are read whole once and kept while they stay current: until the real
+store's change counter of their table moves (``revisions``: a write by any releasebot on
+that database) or ``kept_for`` has passed (the counters do not see rows edited behind
+releasebot's back, and ``releasebot run`` keeps one dry-run store for its daily retention
+run, so nothing it keeps may outlive one run). A dry run's own writes never reach the real
+store, so they never make what it keeps stale.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from datetime import datetime
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, cast
 
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.events import Event, MessageRef, StoredEvent
@@ -32,16 +44,75 @@ from releasebot.domain.proof import ProofRecord
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.memory import MemoryStateStore
 
+T = TypeVar("T")
+
+KEPT_FOR = timedelta(seconds=60)
+"""How long a bulk read may be answered again without reading: longer than a one-shot dry
+run at 30,000 targets takes (seconds), far shorter than the day between two retention
+runs of one ``releasebot run``."""
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """One bulk read: what it returned, and the counters and the moment it was read at."""
+
+    counters: tuple[int, ...]
+    read_at: float
+    value: Any
+
 
 class DryRunStore:
-    """A ``StateStore`` that reads ``inner`` and never writes to it."""
+    """A ``StateStore`` that reads ``inner`` and never writes to it.
 
-    def __init__(self, inner: StateStore) -> None:
+    ``kept_for`` bounds how long a bulk read is reused; ``clock`` is the monotonic clock it
+    is measured with (seconds), a parameter so that tests need not wait.
+    """
+
+    def __init__(
+        self,
+        inner: StateStore,
+        *,
+        kept_for: timedelta = KEPT_FOR,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._inner = inner
         self._overlay = MemoryStateStore()
         self._planned: dict[str, TargetRecord] = {}
         self._polled: dict[str, set[str]] = {}
         """The versions of the latest Flatcar body this dry run read, per feed."""
+        self._kept_for = kept_for.total_seconds()
+        self._clock = clock
+        self._kept: dict[str, _Kept] = {}
+
+    def _read(self, key: str, tables: tuple[str, ...], read: Callable[[], T]) -> T:
+        """``read()``, or what it returned last time for ``key`` if no counter of
+        ``tables`` moved since and it is younger than ``kept_for``.
+
+        The counters are read BEFORE the data: a write landing between the two leaves a
+        stamp older than the data, so the next call reads again (never the reverse).
+        """
+        counters = self._inner.revisions()
+        stamp = tuple(counters.get(table, 0) for table in tables)
+        now = self._clock()
+        kept = self._kept.get(key)
+        if kept is not None and kept.counters == stamp and 0 <= now - kept.read_at < self._kept_for:
+            return cast(T, kept.value)
+        value = read()
+        self._kept[key] = _Kept(stamp, now, value)
+        return value
+
+    def _stored_targets(self) -> dict[str, TargetRecord]:
+        """Every stored target by tag, in the order of ``targets()`` (by tag): one read."""
+        return self._read(
+            "targets",
+            ("targets",),
+            lambda: {r.tag: r for r in self._inner.targets(required_only=False)},
+        )
+
+    def _feeds(self) -> dict[str, FeedState]:
+        return self._read(
+            "feeds", ("feeds",), lambda: {s.name: s for s in self._inner.feed_states()}
+        )
 
     def revisions(self) -> dict[str, int]:
         """The real store's counters plus the overlay's: either moving moves the sum."""
@@ -51,10 +122,10 @@ class DryRunStore:
         return counters
 
     def feed_state(self, feed: str) -> FeedState | None:
-        return self._inner.feed_state(feed)
+        return self._feeds().get(feed)
 
     def feed_states(self) -> list[FeedState]:
-        return self._inner.feed_states()
+        return list(self._feeds().values())
 
     def record_flatcar_feed(
         self,
@@ -86,20 +157,31 @@ class DryRunStore:
         pass
 
     def flatcar_releases(self, feed: str) -> list[FlatcarRelease]:
-        merged = {r.version: r for r in self._inner.flatcar_releases(feed)}
+        stored = self._read(
+            f"flatcar_releases/{feed}",
+            ("flatcar_releases", "flatcar_feed_entries"),
+            lambda: self._inner.flatcar_releases(feed),
+        )
+        merged = {r.version: r for r in stored}
         merged.update((r.version, r) for r in self._overlay.flatcar_releases(feed))
         return sorted(merged.values(), key=lambda release: release.version)
 
     def driver_releases(self, feed: str) -> list[DriverRelease]:
-        merged = {r.version: r for r in self._inner.driver_releases(feed)}
+        stored = self._read(
+            f"driver_releases/{feed}",
+            ("driver_releases", "driver_feed_entries"),
+            lambda: self._inner.driver_releases(feed),
+        )
+        merged = {r.version: r for r in stored}
         merged.update((r.version, r) for r in self._overlay.driver_releases(feed))
         return sorted(merged.values(), key=lambda driver: driver.version)
 
     def sync_targets(self, planned: Sequence[Target], now: datetime) -> list[TargetRecord]:
+        stored_targets = self._stored_targets()
         result = []
         for target in planned:
             record = TargetRecord.new(target, now=now)
-            stored = self._inner.target(record.tag)
+            stored = stored_targets.get(record.tag)
             result.append(record if stored is None else stored.replanned(record, now))
         self._planned = {record.tag: record for record in result}
         return result
@@ -107,10 +189,16 @@ class DryRunStore:
     def targets(
         self, *, required_only: bool = True, state: TargetState | None = None
     ) -> list[TargetRecord]:
-        return self._inner.targets(required_only=required_only, state=state)
+        return [
+            record
+            for record in self._stored_targets().values()
+            if (record.required or not required_only) and (state is None or record.state is state)
+        ]
 
     def target(self, tag: str) -> TargetRecord | None:
-        return self._inner.target(tag) or self._planned.get(tag)
+        # The whole table, as planning reads it anyway: a dry run asks for one target only
+        # after it planned, and then this is a lookup, not a query.
+        return self._stored_targets().get(tag) or self._planned.get(tag)
 
     def ensure_target(self, target: Target, now: datetime) -> TargetRecord:
         stored = self.target(target.tag)
