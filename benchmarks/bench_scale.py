@@ -311,15 +311,18 @@ def measure_size(
     ) as bot:
         bot.wait_serving(timeout=120)
         watcher = Watcher(bot)
-        wait_for(
-            lambda: watcher.scrape()[2] > 0, timeout=max(120, size / 50), what="the first cycle"
-        )
-        required = sum(
-            value for (name, _), value in bot.metrics().items() if name == "releasebot_targets"
-        )
-        unpublished = bot.metric("releasebot_required_tags_unpublished")
-        if required != size or unpublished != 0:
-            raise RuntimeError(f"{required} targets, {unpublished} unpublished; expected {size}, 0")
+
+        def settled() -> bool:
+            samples = bot.metrics()
+            required = sum(v for (name, _), v in samples.items() if name == "releasebot_targets")
+            unpublished = samples.get(("releasebot_required_tags_unpublished", ()))
+            return required == size and unpublished == 0
+
+        try:
+            wait_for(settled, timeout=max(120, size / 50), every=1, what="every target published")
+        except AssertionError as error:
+            lines = [line for line in bot.output().splitlines() if '"action"' not in line]
+            raise RuntimeError("\n".join([str(error), *lines[-30:]])) from None
         watcher.next_cycle(timeout=interval * 4)
         idle = None
         for _ in range(3):
