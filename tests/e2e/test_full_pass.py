@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
@@ -105,6 +105,21 @@ def delete_tag(registry: RunningRegistry, name: str, tag: str) -> None:
         client.delete(f"/v2/{name}/manifests/{digest}").raise_for_status()
 
 
+@contextmanager
+def statements(engine: Engine) -> Iterator[list[str]]:
+    """The SQL statements sent on ``engine`` inside the block."""
+    sent: list[str] = []
+
+    def note(conn: object, cursor: object, statement: str, *args: object) -> None:
+        sent.append(" ".join(statement.split()))
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+
 def edit(engine: Engine, tag: str) -> None:
     """A person's SQL: a published target called missing, its tag still in the registry."""
     with engine.begin() as conn:
@@ -175,9 +190,22 @@ def test_changes_behind_releasebots_back_are_seen_within_one_full_pass(
             first = cycle()
             assert first.full_pass
             assert actions(first, BUILDING) == [Action.LAUNCHED]
-            steady = cycle()
+            cycle()  # reads what the first one wrote
+            with statements(engine) as sent:
+                steady = cycle()
             assert not steady.full_pass
             assert steady.decisions == []
+            # Nothing changed: no release read, targets read only one by one (the running
+            # build's), nothing written but the feeds' poll times.
+            reads = [
+                s
+                for s in sent
+                if s.startswith("SELECT") and "FROM targets" in s and "targets.tag = " not in s
+            ]
+            releases = [s for s in sent if "flatcar_releases" in s or "driver_releases" in s]
+            writes = [s.split()[:2] for s in sent if s.startswith(("INSERT", "UPDATE", "DELETE"))]
+            assert (reads, releases) == ([], [])
+            assert {table for _, table in writes} <= {"feeds", "store_revisions"}, writes
             assert {r.tag: r.state for r in steady.targets}[EDITED] is TargetState.PUBLISHED
 
             # A row edited by hand moves no counter: the steady cycles do not see it ...
