@@ -16,7 +16,9 @@ the outbox, message ref and flag statements live in ``outbox.py``.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -539,17 +541,34 @@ def _target_values(record: TargetRecord) -> Values:
     }
 
 
+# The few values thousands of target rows share, made once and shared (they are
+# immutable): at 10,000 targets one frozenset per row and column was megabytes kept.
+@functools.lru_cache(maxsize=256)
+def _arches(text: str) -> tuple[Arch, ...]:
+    return split_arches(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _arch_set(text: str) -> frozenset[Arch]:
+    return frozenset(split_arches(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _reasons(text: str) -> frozenset[TargetReason]:
+    return TargetReason.parse_all(text)
+
+
 @row_mapper(targets)
 def _target_record(row: Row[Any]) -> TargetRecord:
     target = Target(
         tag=row.tag,
         driver_version=DriverVersion.parse(row.driver_version),
-        driver_branch=row.driver_branch,
+        driver_branch=sys.intern(row.driver_branch),
         flatcar_version=FlatcarVersion.parse(row.flatcar_version),
-        flatcar_channel=row.flatcar_channel,
-        kernel=row.kernel,
-        arches=split_arches(row.arches),
-        reasons=TargetReason.parse_all(row.reasons),
+        flatcar_channel=sys.intern(row.flatcar_channel),
+        kernel=sys.intern(row.kernel),
+        arches=_arches(row.arches),
+        reasons=_reasons(row.reasons),
     )
     return TargetRecord(
         target=target,
@@ -565,7 +584,7 @@ def _target_record(row: Row[Any]) -> TargetRecord:
         budget_start=row.budget_start,
         proven_at=row.proven_at,
         proven_node=row.proven_node,
-        proven_arches=frozenset(split_arches(row.proven_arches or "")),
+        proven_arches=_arch_set(row.proven_arches or ""),
     )
 
 

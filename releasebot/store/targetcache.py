@@ -6,7 +6,9 @@ row (versions parsed, timestamps checked, every column through ``decode``) was m
 steady cycle's CPU. ``TargetCache`` keeps the last read of the whole table with the
 counter it was read at (``revisions.py``): a read at the same counter is answered from it
 without touching a row; a read after the counter moved fetches every row again but decodes
-only a row whose raw values differ from what was kept (raw-row comparison), so a cycle
+only a row whose raw values differ from what was kept (raw-row comparison, by the hash of
+the row's values: keeping every raw row beside its record cost megabytes at 10,000
+targets, and a collision, one in 2**64, would last until the next full pass), so a cycle
 that changed one target decodes one target.
 
 What it cannot see: an edit behind releasebot's back (SQL typed by a person) moves no
@@ -38,7 +40,8 @@ class TargetRows:
 
     revision: int
     by_tag: dict[str, TargetRecord]
-    raw: dict[str, tuple[Any, ...]]
+    raw: dict[str, int]
+    """Each row's hash of its raw values, as read."""
     every: tuple[TargetRecord, ...]
     required: tuple[TargetRecord, ...]
 
@@ -84,11 +87,11 @@ class TargetCache:
         self, rows: Iterable[Row[Any]], revision: int, kept: TargetRows | None
     ) -> TargetRows:
         by_tag: dict[str, TargetRecord] = {}
-        raw: dict[str, tuple[Any, ...]] = {}
+        raw: dict[str, int] = {}
         old_raw = {} if kept is None else kept.raw
         old = {} if kept is None else kept.by_tag
         for row in rows:
-            values = tuple(row)
+            values = hash(tuple(row))
             tag = row.tag
             record = old.get(tag)
             if record is None or old_raw.get(tag) != values:
