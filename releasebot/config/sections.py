@@ -282,6 +282,15 @@ class RunSettings:
 
     interval: timedelta = setting(timedelta(minutes=5), Seconds(1, 86400), key="interval_seconds")
     jitter: timedelta = setting(timedelta(seconds=30), Seconds(0, 3600), key="jitter_seconds")
+    full_pass: timedelta = setting(
+        timedelta(hours=1), Seconds(60, 7 * 86400), key="full_pass_seconds"
+    )
+    """Seconds between full passes (60 s to a week): a cycle that reads every row, release
+    and target again instead of trusting what it kept from the last cycle. Between them a
+    cycle reads only what the store's change counters say changed, which misses an edit
+    made behind releasebot's back (SQL typed by hand); a full pass sees it. Default one
+    hour: such edits are rare and repaired by hand anyway, and a full pass at 10,000
+    targets costs about what a cycle cost before cycles kept anything."""
     listen: str = setting("0.0.0.0:8080", rules.listen)
     """``host:port`` of the one HTTP server (probes, metrics, Slack commands)."""
     lease_name: str = setting("releasebot-leader", rules.kaniko_rule(kaniko.check_dns_label))

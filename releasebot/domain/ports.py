@@ -233,6 +233,11 @@ class StateStore(Protocol):
         releasebot's back do not move them, so such readers still read everything now and
         then."""
 
+    def forget(self) -> None:
+        """Drop whatever this store kept from earlier reads (decoded rows kept while their
+        table's counter did not move): the next read reads everything again. The periodic
+        full pass calls it, so an edit behind releasebot's back is seen within one."""
+
     # -- the after-reboot proof -------------------------------------------------------------
 
     def proofs(self) -> list[ProofRecord]:

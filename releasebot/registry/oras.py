@@ -33,6 +33,7 @@ and Docker Hub's host aliases.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -185,6 +186,9 @@ class OrasRegistry:
         )
         self._sleep = sleep
         self._page_size = page_size
+        self._pages: dict[str, _KeptPage] = {}
+        """The last tag walk's pages by URL: a page whose body is byte for byte the same
+        is not decoded and checked again (a steady cycle lists every tag every time)."""
         self._user_agent = user_agent
         if credentials is not None:
             self._credentials: RegistryCredentials = credentials
@@ -241,6 +245,7 @@ class OrasRegistry:
         seen: set[str] = set()
         tags: set[str] = set()
         refused: list[str] = []
+        pages: dict[str, _KeptPage] = {}
         while url is not None:
             if url in seen or len(seen) >= MAX_PAGES:
                 raise RegistryError(f"registry {self._host}: tag pagination does not end")
@@ -249,11 +254,12 @@ class OrasRegistry:
             if answer.status == 404 and len(seen) == 1 and _is_unknown_name(answer):
                 return set()
             self._expect_ok(answer, "tag list")
-            page = _parse_tag_page(self._host, answer.body)
-            tags.update(page)
-            refused.extend(tag for tag in page if not is_tag(tag))
+            kept = self._tag_page(url, answer.body, pages)
+            tags.update(kept.tags)
+            refused.extend(kept.refused)
             # A page without tags ends the walk even if a Link follows (seen on some proxies).
-            url = self._next_page(answer, url) if page else None
+            url = self._next_page(answer, url) if kept.tags else None
+        self._pages = pages
         if refused:
             # Never a URL: a listed "../other/manifests/x" would be a request elsewhere.
             log.warning(
@@ -262,7 +268,19 @@ class OrasRegistry:
                 len(refused),
                 shown(refused[0]),
             )
-        return tags - set(refused)
+        tags.difference_update(refused)
+        return tags
+
+    def _tag_page(self, url: str, body: bytes, pages: dict[str, _KeptPage]) -> _KeptPage:
+        """One tag page, decoded and checked, or as kept from the last walk if its body is
+        the same (same SHA-256); noted in ``pages`` for the next walk."""
+        digest = hashlib.sha256(body).digest()
+        kept = self._pages.get(url)
+        if kept is None or kept.sha256 != digest:
+            page = tuple(_parse_tag_page(self._host, body))
+            kept = _KeptPage(digest, page, tuple(tag for tag in page if not is_tag(tag)))
+        pages[url] = kept
+        return kept
 
     def labels(self, reference: str) -> dict[str, str]:
         """An image's config labels; for an index, its annotations (the labels all its
@@ -684,6 +702,15 @@ def _json_object(host: str, body: bytes, what: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise RegistryError(f"registry {host}: {what} is not a JSON object")
     return document
+
+
+@dataclass(frozen=True)
+class _KeptPage:
+    """A tag page as the last walk read it: its body's SHA-256, its tags, those refused."""
+
+    sha256: bytes
+    tags: tuple[str, ...]
+    refused: tuple[str, ...]
 
 
 def _parse_tag_page(host: str, body: bytes) -> list[str]:

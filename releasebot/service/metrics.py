@@ -2,8 +2,10 @@
 
 ``ServiceMetrics`` owns a ``CollectorRegistry`` (never the process-global one: tests build
 many, and nothing else in the process should leak into ``/metrics``) and is updated once
-per cycle from the ``CycleReport`` plus two cheap reads of the store (the required
-targets, the feeds' states), and by the runner for leadership and skipped cycles.
+per cycle from the ``CycleReport`` plus cheap reads of the store (the feeds' states, the
+backlog; the targets only when their change counter moved since they were counted, or in
+a cycle that read everything again), and by the runner for leadership and skipped
+cycles.
 
 The number an operator alerts on is ``releasebot_required_tags_unpublished``: required
 targets whose image is not (yet) in the registry. It rises when a release appears and
@@ -164,6 +166,8 @@ class ServiceMetrics:
             self.cycles.labels(outcome)
         for outcome in ("ran", "busy"):
             self.delivery_rounds.labels(outcome)
+        self._targets_counted_at: int | None = None
+        """The ``targets`` change counter the target gauges were counted at."""
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -192,10 +196,20 @@ class ServiceMetrics:
         duration: timedelta,
         finished_at: datetime,
     ) -> None:
-        """Record one completed cycle: its decisions and polls, then the store's view."""
+        """Record one completed cycle: its decisions and polls, the store's view, then its
+        duration (``observe_report`` and ``observe_cycle_time``, for a caller that times
+        the first too)."""
+        self.observe_report(report, store)
+        self.observe_cycle_time(duration=duration, finished_at=finished_at)
+
+    def observe_cycle_time(self, *, duration: timedelta, finished_at: datetime) -> None:
+        """A completed cycle: how long it took and when it ended."""
         self.cycles.labels("completed").inc()
         self.cycle_duration.observe(duration.total_seconds())
         self.last_cycle.set(finished_at.timestamp())
+
+    def observe_report(self, report: CycleReport, store: StateStore) -> None:
+        """A completed cycle's decisions and polls, then the store's view."""
         self.builds_started.inc(sum(1 for d in report.decisions if d.action is Action.LAUNCHED))
         for outcome in report.plan.outcomes if report.plan is not None else ():
             self.feed_polls.labels(outcome.feed, outcome.status.value).inc()
@@ -205,7 +219,7 @@ class ServiceMetrics:
                 self.observe_proofs(report.fleet.proof.records)
         try:
             self._observe_builds(report.decisions, store.builds)
-            self.observe_store(store)
+            self.observe_store(store, full=report.full_pass)
         except ReleasebotError as error:  # the cycle is done; the gauges wait for the next
             log.warning("could not read the store for metrics: %s", error)
 
@@ -225,8 +239,24 @@ class ServiceMetrics:
         self.fleet_missing.clear()
         self.proof_nodes.clear()
 
-    def observe_store(self, store: StateStore) -> None:
-        """Targets by state, the unpublished count, feeds' last success, the backlog."""
+    def observe_store(self, store: StateStore, *, full: bool = False) -> None:
+        """Targets by state, the unpublished count, feeds' last success, the backlog.
+
+        The targets are counted again only when their change counter moved (read first:
+        the rows read after it are at least as new) or when ``full`` (a full pass, which
+        also sees edits made behind releasebot's back)."""
+        counter = store.revisions().get("targets")
+        if full or counter is None or counter != self._targets_counted_at:
+            self._observe_targets(store)
+            self._targets_counted_at = counter
+        for feed in store.feed_states():
+            if feed.last_success_at is not None:
+                self.feed_last_success.labels(feed.name).set(feed.last_success_at.timestamp())
+        backlog: Callable[[], int] | None = getattr(store, "outbox_backlog", None)
+        if backlog is not None:
+            self.backlog.set(backlog())
+
+    def _observe_targets(self, store: StateStore) -> None:
         targets = store.targets()
         states = Tally(record.state for record in targets)
         for state in TargetState:
@@ -239,12 +269,6 @@ class ServiceMetrics:
                 if record.state is TargetState.PUBLISHED and record.proven_at is not None
             )
         )
-        for feed in store.feed_states():
-            if feed.last_success_at is not None:
-                self.feed_last_success.labels(feed.name).set(feed.last_success_at.timestamp())
-        backlog: Callable[[], int] | None = getattr(store, "outbox_backlog", None)
-        if backlog is not None:
-            self.backlog.set(backlog())
 
     def _observe_builds(
         self, decisions: Sequence[Decision], builds: Callable[..., list[BuildRecord]]

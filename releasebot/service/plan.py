@@ -10,6 +10,12 @@ follow are polled too (configured or not), and every version a GPU node runs or 
 reboot into becomes a target (``domain.fleet_plan``), looked up in every Flatcar feed
 releasebot has ever read.
 
+What the plan read is kept (``_KeptPlan``) with the change counters of the release tables
+it came from: while no feed body changed, a cycle neither reads the releases again nor
+plans again, and when the targets' counter has not moved since a ``sync_targets`` that
+wrote nothing, it does not sync again either (the same list comes back, so the registry
+check can tell the plan did not change). ``forget`` drops it (the cycle's full pass).
+
 This module does not print: it reports each feed's outcome to a callback and returns a
 ``PlanResult``; the CLI decides how to show it. Nor does it read the feeds' formats: the
 parsers (``sources.flatcar``, ``sources.nvidia``) are handed to it by the wiring.
@@ -101,6 +107,31 @@ class FeedOutcome:
     error: ReleasebotError | None = None
 
 
+RELEASE_TABLES = (
+    "flatcar_releases",
+    "flatcar_feed_entries",
+    "driver_releases",
+    "driver_feed_entries",
+)
+"""The tables the channel plan is made from: while their counters stay, so does the plan."""
+
+
+@dataclass
+class _KeptPlan:
+    """The channel plan as made from the release tables at ``counters``, and what
+    ``sync_targets`` returned for it (``synced``) while ``targets`` stayed at ``synced_at``."""
+
+    counters: tuple[int, ...]
+    drivers: list[DriverRelease]
+    planned: list[Target]
+    warnings: list[str]
+    kept: list[Target] | None = None
+    """``planned`` once ``skip_incompatible`` ran (without a fleet)."""
+    skipped: list[str] = field(default_factory=list)
+    synced: list[TargetRecord] | None = None
+    synced_at: int | None = None
+
+
 @dataclass(frozen=True)
 class PlanResult:
     targets: list[TargetRecord]
@@ -152,6 +183,11 @@ class PlanService:
         self._fleet = fleet
         self._channel_feed = channel_feed
         """The feed of a channel the fleet follows; ``None``: only the configured ones."""
+        self._kept: _KeptPlan | None = None
+
+    def forget(self) -> None:
+        """Drop the kept plan: the next ``plan`` reads the releases and plans again."""
+        self._kept = None
 
     @property
     def store(self) -> StateStore:
@@ -263,12 +299,10 @@ class PlanService:
         warnings = [] if snapshot is None else list(snapshot.problems)
         extra = self._fleet_feeds(snapshot, warnings)
         outcomes = [self.poll_feed(spec) for spec in [*self._feeds, *extra]]
-        flatcar = {
-            spec.channel: self._store.flatcar_releases(spec.name) for spec in self._flatcar_feeds
-        }
-        drivers = self._store.driver_releases(self._nvidia_feed.name)
-        planned = plan_targets(self._policy, flatcar, drivers)
-        warnings += self._warnings(flatcar, drivers)
+        counters = self._store.revisions()
+        kept = self._channel_plan(counters)
+        drivers, planned = kept.drivers, kept.planned
+        warnings += kept.warnings
         fleet = None
         listed = None
         if self._fleet is not None and snapshot is not None:
@@ -280,10 +314,46 @@ class PlanService:
             if fleet is not None:
                 planned = list(fleet.targets)
                 warnings += fleet.warnings
-        planned, skipped = skip_incompatible(planned, self._policy.incompatible)
+        if fleet is None:
+            if kept.kept is None:
+                kept.kept, kept.skipped = skip_incompatible(planned, self._policy.incompatible)
+            planned, skipped = kept.kept, kept.skipped
+        else:
+            planned, skipped = skip_incompatible(planned, self._policy.incompatible)
+            kept.synced = None
         warnings += skipped
-        targets = self._store.sync_targets(planned, self._clock())
+        targets = self._sync(kept if fleet is None else None, planned, counters)
         return PlanResult(targets, outcomes, warnings, snapshot, fleet, listed)
+
+    def _channel_plan(self, counters: dict[str, int]) -> _KeptPlan:
+        """The channel plan: the kept one while the release tables did not move."""
+        key = tuple(counters.get(table, 0) for table in RELEASE_TABLES)
+        kept = self._kept
+        if kept is not None and kept.counters == key:
+            return kept
+        flatcar = {
+            spec.channel: self._store.flatcar_releases(spec.name) for spec in self._flatcar_feeds
+        }
+        drivers = self._store.driver_releases(self._nvidia_feed.name)
+        planned = plan_targets(self._policy, flatcar, drivers)
+        kept = _KeptPlan(key, drivers, planned, self._warnings(flatcar, drivers))
+        self._kept = kept
+        return kept
+
+    def _sync(
+        self, kept: _KeptPlan | None, planned: list[Target], counters: dict[str, int]
+    ) -> list[TargetRecord]:
+        """``sync_targets``, unless the same plan was synced with nothing written and no
+        target was written since: then the same records, as the same list."""
+        before = counters.get("targets", 0)
+        if kept is not None and kept.synced is not None and kept.synced_at == before:
+            return kept.synced
+        targets = self._store.sync_targets(planned, self._clock())
+        if kept is not None:
+            # Kept only when the counter did not move: this sync wrote nothing, nor anyone else.
+            after = self._store.revisions().get("targets", 0)
+            kept.synced, kept.synced_at = (targets, after) if after == before else (None, None)
+        return targets
 
     def _fleet_feeds(self, snapshot: FleetSnapshot | None, warnings: list[str]) -> list[FeedSpec]:
         """The feeds of channels GPU nodes follow that are not configured."""

@@ -6,6 +6,14 @@ what finished) -> check the registry -> launch what is due, at most
 answer the reboot gate (``service.fleet``). Each step is a short transaction, so a cycle
 killed anywhere resumes (``service.attempts`` says how for the builds).
 
+A steady cycle costs what changed, not what exists: the store's change counters, the
+registry's tag list and the plan's own list are compared with what the last cycle kept
+(``_KeptCheck``, ``PlanService``'s kept plan, the store's kept rows), and when none moved
+the registry check is the last one's, with nothing to save, and only the targets that may
+come due are handed to the launch order. Every ``full_pass_every`` (and in a new process,
+and when ``full_pass`` asks, as a new leader does) the cycle drops everything kept and
+reads everything again, so an edit behind releasebot's back is seen within one pass.
+
 This module keeps the order and the I/O; every rule is ``domain.lifecycle``'s: which
 targets the registry's tag list publishes or makes missing, which are due, in which order
 and how many fit (the same functions answer ``/releasebot plan``), and when a person may
@@ -16,8 +24,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import replace
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from releasebot.domain import lifecycle
 from releasebot.domain.builds import arch_tag
@@ -38,6 +46,23 @@ log = logging.getLogger("releasebot.reconcile")
 
 PAUSED_FLAG = "paused"
 _DEFAULT_OPTIONS = ReconcileOptions()
+FULL_PASS_EVERY = timedelta(hours=1)
+"""How often a cycle reads everything again (``run.full_pass_seconds``' default)."""
+
+
+@dataclass(frozen=True)
+class _KeptCheck:
+    """What the last registry check saw and concluded, when it changed nothing."""
+
+    planned: Sequence[TargetRecord]
+    """The plan's list it checked (the very object: the planner hands the same one back
+    while nothing it read moved)."""
+    counter: int
+    """The ``targets`` change counter before the check read the targets."""
+    tags: set[str]
+    """The registry's tags it saw (never changed in place: read, then replaced)."""
+    checked: list[TargetRecord]
+    may_come_due: list[TargetRecord]
 
 
 class ReconcileService:
@@ -55,6 +80,7 @@ class ReconcileService:
         dry_run: bool = False,
         artifacts: ArtifactSource | None = None,
         attestor: Attestor | None = None,
+        full_pass_every: timedelta = FULL_PASS_EVERY,
     ) -> None:
         self._planner = planner
         self._store = store
@@ -73,6 +99,10 @@ class ReconcileService:
             attestor=attestor,
         )
         self._tags: set[str] = set()
+        self._full_pass_every = full_pass_every
+        self._full_pass_at: datetime | None = None
+        """When the last full pass started; ``None``: the next cycle is one."""
+        self._kept: _KeptCheck | None = None
 
     @property
     def store(self) -> StateStore:
@@ -89,9 +119,26 @@ class ReconcileService:
 
     # -- the cycle -----------------------------------------------------------------------
 
+    def full_pass(self) -> None:
+        """Make the next cycle read everything again (a new leader calls it: another
+        process led meanwhile). Safe from any thread: the cycle acts on it at its start."""
+        self._full_pass_at = None
+
+    def _start_full_pass_if_due(self, report: CycleReport) -> None:
+        now = self._clock()
+        last = self._full_pass_at
+        if last is not None and timedelta(0) <= now - last < self._full_pass_every:
+            return
+        self._full_pass_at = now
+        self._kept = None
+        self._planner.forget()
+        self._store.forget()
+        report.full_pass = True
+
     def cycle(self) -> CycleReport:
         """Poll, plan, follow running builds, check the registry, launch what is due."""
         report = CycleReport()
+        self._start_full_pass_if_due(report)
         plan = report.plan = self._planner.plan()
         if not self._dry_run:
             self._attempts.follow(report)
@@ -100,7 +147,9 @@ class ReconcileService:
         if checked is not None and self.paused:
             report.decide(Action.PAUSED, "-", "launching is paused (/releasebot resume)")
         elif checked is not None:
-            self._launch_due(checked, report, urgent)
+            kept = self._kept
+            due = kept.may_come_due if kept is not None and kept.checked is checked else checked
+            self._launch_due(due, report, urgent)
         fleet = self._planner.fleet
         if checked is not None and fleet is not None and plan.fleet is not None:
             assert plan.snapshot is not None  # a fleet plan is made from a snapshot
@@ -153,7 +202,23 @@ class ReconcileService:
         request per target): they are known for what releasebot built and verified itself.
         """
         try:
-            self._tags = self._registry.tags()
+            tags = self._registry.tags()
+            counter = self._store.revisions().get("targets", 0)
+            kept = self._kept
+            if (
+                not read_digests
+                and kept is not None
+                and kept.planned is planned
+                and kept.counter == counter
+                and kept.tags == tags
+            ):
+                # Same plan, no target written since, same tags: the same check again
+                # would change nothing (``check_registry`` reads only state and presence).
+                self._tags = kept.tags
+                report.targets = kept.checked
+                return kept.checked
+            self._kept = None
+            self._tags = tags
             stored = {record.tag: record for record in self._store.targets()}
             current = [stored.get(record.tag, record) for record in planned]  # after `follow`
             now = self._clock()
@@ -171,7 +236,11 @@ class ReconcileService:
             # Said once, by whoever shows the report (the CLI's line, `run`'s "cycle problem").
             report.errors.append(str(error))
             return None
-        self._store.save(targets=[t for t, c in zip(checked, current, strict=True) if t != c])
+        changed = [t for t, c in zip(checked, current, strict=True) if t != c]
+        self._store.save(targets=changed)
+        if not changed and not read_digests:
+            due = [record for record in checked if lifecycle.may_come_due(record)]
+            self._kept = _KeptCheck(planned, counter, tags, checked, due)
         report.targets = checked
         return checked
 

@@ -32,6 +32,8 @@ class CycleReport:
     """The required targets after the registry check (empty if it failed)."""
     fleet: FleetOutcome | None = None
     """The fleet's coverage and reboot gate after the launches (``None``: not judged)."""
+    full_pass: bool = False
+    """This cycle read everything again (nothing kept from earlier cycles was used)."""
 
     def launched(self) -> list[Decision]:
         """The decisions that started a build Job (created, or adopted after a crash)."""

@@ -121,6 +121,10 @@ class DryRunStore:
             counters[table] = counters.get(table, 0) + value
         return counters
 
+    def forget(self) -> None:
+        """The real store's kept reads go; the overlay is this dry run's own writes."""
+        self._inner.forget()
+
     def feed_state(self, feed: str) -> FeedState | None:
         return self._feeds().get(feed)
 

@@ -400,6 +400,9 @@ class MemoryStateStore:
         with self._lock:
             return dict(self._revisions)
 
+    def forget(self) -> None:
+        """Nothing to drop: the records are the state itself, never a copy of it."""
+
     def _touch(self, *tables: str) -> None:
         """Move the change counters as ``SqlStateStore`` does (``store/revisions.py``)."""
         for table in tables:

@@ -16,13 +16,15 @@ the outbox, message ref and flag statements live in ``outbox.py``.
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, select, update
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.events import Event, MessageRef, StoredEvent
@@ -59,6 +61,7 @@ from releasebot.store.tables import (
     split_arches,
     targets,
 )
+from releasebot.store.targetcache import TargetCache
 
 Values = dict[str, Any]
 BuildKey = tuple[str, str, int]
@@ -73,6 +76,9 @@ class SqlStateStore:
     def __init__(self, engine: Engine, *, keep_events: bool = True) -> None:
         self._engine = engine
         self._keep_events = keep_events
+        self._targets = TargetCache(_target_record)
+        """Decoded target rows kept while the table's change counter stays put
+        (``targetcache.py``): one store per process, shared by its readers."""
         revisions.install(engine)
 
     def feed_state(self, feed: str) -> FeedState | None:
@@ -161,10 +167,9 @@ class SqlStateStore:
         tags = {target.tag for target in planned}
         with self._transaction(write=True) as conn:
             # What diff_targets needs: the required targets, and any planned one stored.
-            query = select(targets).where(
-                or_(targets.c.required.is_(True), targets.c.tag.in_(tags))
-            )
-            stored = {row.tag: _target_record(row) for row in conn.execute(query)}
+            every = self._targets.read(conn)
+            stored = {record.tag: record for record in every.required}
+            stored.update((tag, every.by_tag[tag]) for tag in tags if tag in every.by_tag)
             diff = diff_targets(stored, planned, now)
             _insert(conn, targets, [_target_values(record) for record in diff.inserts])
             _update(conn, targets, ("tag",), [_target_values(record) for record in diff.updates])
@@ -173,14 +178,9 @@ class SqlStateStore:
     def targets(
         self, *, required_only: bool = True, state: TargetState | None = None
     ) -> list[TargetRecord]:
-        query = select(targets)
-        if required_only:
-            query = query.where(targets.c.required.is_(True))
-        if state is not None:
-            query = query.where(targets.c.state == state.value)
         with self._transaction() as conn:
-            records = [_target_record(row) for row in conn.execute(query)]
-        return sorted(records, key=lambda record: record.tag)
+            every = self._targets.read(conn)
+        return every.select(required_only=required_only, state=state)
 
     def target(self, tag: str) -> TargetRecord | None:
         with self._transaction() as conn:
@@ -324,6 +324,9 @@ class SqlStateStore:
     def revisions(self) -> dict[str, int]:
         with self._transaction() as conn:
             return revisions.read(conn)
+
+    def forget(self) -> None:
+        self._targets.forget()
 
     @contextmanager
     def _transaction(self, *, write: bool = False) -> Iterator[Connection]:
@@ -538,17 +541,34 @@ def _target_values(record: TargetRecord) -> Values:
     }
 
 
+# The few values thousands of target rows share, made once and shared (they are
+# immutable): at 10,000 targets one frozenset per row and column was megabytes kept.
+@functools.lru_cache(maxsize=256)
+def _arches(text: str) -> tuple[Arch, ...]:
+    return split_arches(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _arch_set(text: str) -> frozenset[Arch]:
+    return frozenset(split_arches(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _reasons(text: str) -> frozenset[TargetReason]:
+    return TargetReason.parse_all(text)
+
+
 @row_mapper(targets)
 def _target_record(row: Row[Any]) -> TargetRecord:
     target = Target(
         tag=row.tag,
         driver_version=DriverVersion.parse(row.driver_version),
-        driver_branch=row.driver_branch,
+        driver_branch=sys.intern(row.driver_branch),
         flatcar_version=FlatcarVersion.parse(row.flatcar_version),
-        flatcar_channel=row.flatcar_channel,
-        kernel=row.kernel,
-        arches=split_arches(row.arches),
-        reasons=TargetReason.parse_all(row.reasons),
+        flatcar_channel=sys.intern(row.flatcar_channel),
+        kernel=sys.intern(row.kernel),
+        arches=_arches(row.arches),
+        reasons=_reasons(row.reasons),
     )
     return TargetRecord(
         target=target,
@@ -564,7 +584,7 @@ def _target_record(row: Row[Any]) -> TargetRecord:
         budget_start=row.budget_start,
         proven_at=row.proven_at,
         proven_node=row.proven_node,
-        proven_arches=frozenset(split_arches(row.proven_arches or "")),
+        proven_arches=_arch_set(row.proven_arches or ""),
     )
 
 

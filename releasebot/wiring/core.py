@@ -477,6 +477,7 @@ def reconcile_service(
             dry_run=dry_run,
             artifacts=artifacts,
             attestor=attestor,
+            full_pass_every=settings.run.full_pass,
         )
 
 

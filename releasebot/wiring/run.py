@@ -25,7 +25,6 @@ from releasebot.edge.stop import Halt
 from releasebot.service.plan import FeedOutcome
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.lock import CycleGuard
-from releasebot.store.sql import SqlStateStore
 from releasebot.web.server import HttpServer
 from releasebot.wiring.core import open_engine, reconcile_service
 from releasebot.wiring.guard import GUARD_TTL, SharedGuard, guard_holder, run_identity
@@ -35,6 +34,7 @@ from releasebot.wiring.web import listen_address, overview_app
 
 if TYPE_CHECKING:
     from releasebot.domain.ports import LeaderElector
+    from releasebot.service.reconcile import ReconcileService
     from releasebot.service.retention import RetentionService
 
 
@@ -182,17 +182,18 @@ def _serve(
             elector=elector,
             guard=guard.guard,
             holder=guard.holder,
-            store=SqlStateStore(engine),
+            store=service.store,  # one store: the rows it keeps are decoded once
             metrics=metrics,
             ping=lambda: ping(engine),
             deliver=hooks.deliver,
-            on_lead_start=hooks.on_lead_start,
+            on_lead_start=functools.partial(_lead_start, service, hooks.on_lead_start),
             on_lead_stop=hooks.on_lead_stop,
             socket_connected=hooks.socket_connected,
             retention=retain,
             options=runner_options(settings),
         )
-        pages = overview_app(settings, SqlStateStore(engine)) if settings.web.enabled else None
+        # The cycle's store: the page reads the target rows it decoded (once per change).
+        pages = overview_app(settings, service.store) if settings.web.enabled else None
         server.alive = runner.alive
         server.ready = lambda: _redacted(runner.readiness(), redact)
         server.metrics = metrics.render
@@ -220,6 +221,13 @@ def _serve(
             logging.shutdown()
             os._exit(0)  # the cycle's thread cannot be interrupted; its state is safe
     return 0
+
+
+def _lead_start(service: ReconcileService, hook: Callable[[], None]) -> None:
+    """A new leader reads everything again at its first cycle: another process led (and
+    wrote) meanwhile, and what this one kept from before may be old."""
+    service.full_pass()
+    hook()
 
 
 def _retain(service: RetentionService, *, apply: bool) -> None:

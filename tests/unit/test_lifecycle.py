@@ -37,6 +37,7 @@ from releasebot.domain.lifecycle import (
     is_outstanding,
     launch_order,
     launch_plan,
+    may_come_due,
     next_step,
     published,
     settle,
@@ -573,3 +574,16 @@ def test_decisions_are_typed_and_know_what_starts_or_ends_a_build() -> None:
     }
     with pytest.raises(ValueError, match="is not a valid Action"):
         Decision("exploded", "t")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("state", list(TargetState))
+def test_only_a_target_that_may_come_due_is_ever_due(state: TargetState) -> None:
+    """The cycle hands ``launch_order`` only what ``may_come_due``: nothing else is due,
+    at any time."""
+    now_or_never = record(state, next_attempt_at=None)
+    later = record(state, next_attempt_at=T0 + timedelta(days=1))
+    due_at_some_time = any(
+        is_due(r, now) for r in (now_or_never, later) for now in (T0, T0 + timedelta(days=2))
+    )
+    assert may_come_due(now_or_never) is due_at_some_time
+    assert may_come_due(later) is due_at_some_time

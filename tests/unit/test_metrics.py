@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.decisions import Decision
-from releasebot.domain.models import TargetState
+from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.versions import Arch
 from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.plan import FeedOutcome, PlanResult, PollStatus
@@ -113,3 +113,37 @@ def test_each_instance_has_its_own_registry() -> None:
     first.set_leader(True)
     assert samples(first)[("releasebot_is_leader", ())] == 1
     assert samples(second)[("releasebot_is_leader", ())] == 0
+
+
+class CountingStore(MemoryStateStore):
+    """The memory store, counting how often the targets are read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.target_reads = 0
+
+    def targets(self, **kwargs: object) -> list[TargetRecord]:  # type: ignore[override]
+        self.target_reads += 1
+        return super().targets(**kwargs)  # type: ignore[arg-type]
+
+
+def test_targets_are_counted_again_only_when_their_counter_moved_or_in_a_full_pass() -> None:
+    store = CountingStore()
+    [record] = store.sync_targets([plan(driver(), flatcar("4593.2.5"))], T0)
+    metrics = ServiceMetrics()
+    report = CycleReport()
+
+    def unpublished() -> float:
+        return samples(metrics)[("releasebot_required_tags_unpublished", ())]
+
+    metrics.observe_cycle(report, store, duration=timedelta(seconds=1), finished_at=T0)
+    assert (store.target_reads, unpublished()) == (1, 1)
+    metrics.observe_cycle(report, store, duration=timedelta(seconds=1), finished_at=T0)
+    metrics.observe_store(store)  # a follower's tick
+    assert store.target_reads == 1
+    store.save(targets=[replace(record, state=TargetState.PUBLISHED)])
+    metrics.observe_cycle(report, store, duration=timedelta(seconds=1), finished_at=T0)
+    assert (store.target_reads, unpublished()) == (2, 0)
+    full = CycleReport(full_pass=True)
+    metrics.observe_cycle(full, store, duration=timedelta(seconds=1), finished_at=T0)
+    assert store.target_reads == 3
