@@ -42,8 +42,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +158,36 @@ class Cost:
     wall: float
     rss: float | None = None
     note: str = ""
+
+
+@contextmanager
+def installed(venv: Path, *, dev: bool) -> Iterator[list[str]]:
+    """The command that starts releasebot as users run it: installed as the image installs
+    it (``uv sync --no-dev --no-editable``, bytecode compiled), so that start-up costs what
+    it costs in the image, not what a development environment's extra packages (import-linter
+    pulls in rich and click, which ``import httpx`` then loads) and a cold bytecode cache
+    add. ``dev``: this interpreter as it is."""
+    if dev:
+        print(f"releasebot runs from this environment ({sys.executable}), as it is")
+        yield [sys.executable, "-m", "releasebot"]
+        return
+    uv = shutil.which("uv")
+    if uv is None:
+        raise RuntimeError("uv is missing (pip install uv): it installs releasebot for the run")
+    env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}
+    started = time.perf_counter()
+    subprocess.run(
+        [uv, "sync", "--frozen", "--no-dev", "--no-editable", "--compile-bytecode", "--quiet"],
+        cwd=REPO,
+        env=env,
+        check=True,
+    )
+    print(
+        f"releasebot installed as the image installs it (no dev packages, bytecode compiled) "
+        f"in {time.perf_counter() - started:.0f} s"
+    )
+    # -I: the installed package, never ./releasebot from the working directory.
+    yield [str(venv / "bin" / "python"), "-I", "-m", "releasebot"]
 
 
 def children_cpu() -> float:
@@ -287,6 +318,7 @@ def measure_size(
     api: FakeKubeApi,
     work: Path,
     peer_max: int,
+    releasebot_command: Sequence[str],
 ) -> dict[str, Cost]:
     path = f"bench/driver-{size}"
     tags = tags_for(size)
@@ -320,7 +352,11 @@ def measure_size(
     env = {"RELEASEBOT_RUN_IDENTITY": "bench"}
     costs: dict[str, Cost] = {}
     with ReleasebotProcess(
-        ["run", "--config", str(config)], directory / "run.log", port=port, env=env
+        ["run", "--config", str(config)],
+        directory / "run.log",
+        port=port,
+        env=env,
+        command=releasebot_command,
     ) as bot:
         bot.wait_serving(timeout=120)
         watcher = PatientWatcher(bot)
@@ -359,7 +395,7 @@ def measure_size(
         if failed:
             raise RuntimeError(f"{failed:.0f} cycles failed:\n{bot.output()[-2000:]}")
         bot.terminate(timeout=60)
-    command = [sys.executable, "-m", "releasebot"]
+    command = list(releasebot_command)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RELEASEBOT_")}
     for name, argv in (
         ("reconcile --once", ["reconcile", "--once"]),
@@ -434,6 +470,11 @@ def main() -> int:
     parser.add_argument(
         "--peer-max", type=int, default=1000, help="curl -I at most this many tags, then scale"
     )
+    parser.add_argument(
+        "--dev-venv",
+        action="store_true",
+        help="run releasebot from this (development) environment instead of an installed one",
+    )
     args = parser.parse_args()
     sizes = [1000] if args.short else [int(s) for s in args.sizes.split(",")]
     unknown = [s for s in sizes if s not in SHAPES]
@@ -446,6 +487,7 @@ def main() -> int:
     results: dict[int, dict[str, Cost]] = {}
     with (
         tempfile.TemporaryDirectory(prefix="bench-scale-") as temporary,
+        installed(Path(temporary) / "venv", dev=args.dev_venv) as command,
         run_registry(Path(temporary) / "registry") as registry,
         FeedServer() as feeds,
         FakeKubeApi(namespace="builds") as api,
@@ -460,6 +502,7 @@ def main() -> int:
                 api=api,
                 work=Path(temporary),
                 peer_max=args.peer_max,
+                releasebot_command=command,
             )
             report(size, results[size])
     targets(results)

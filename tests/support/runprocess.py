@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -67,7 +67,9 @@ class ReleasebotProcess:
         *,
         port: int | None = None,
         env: Mapping[str, str] | None = None,
+        command: Sequence[str] | None = None,
     ) -> None:
+        """``command`` starts releasebot (default: this interpreter's ``-m releasebot``)."""
         clean = {k: v for k, v in os.environ.items() if not k.startswith("RELEASEBOT_")}
         clean.update(env or {})
         clean.setdefault("PYTHONUNBUFFERED", "1")
@@ -75,7 +77,7 @@ class ReleasebotProcess:
         self.port = port
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "releasebot", *args],
+            [*(command or (sys.executable, "-m", "releasebot")), *args],
             cwd=REPO,
             env=clean,
             stdin=subprocess.DEVNULL,
