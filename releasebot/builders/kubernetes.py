@@ -53,7 +53,7 @@ from releasebot.builders.kaniko import (
     render_job,
     trim_log_tail,
 )
-from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobStatus
+from releasebot.domain.builds import FailureReason, JobPhase, JobRequest, JobStatus
 from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
 from releasebot.domain.untrusted import quoted
 from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, Answered, kube_call
@@ -111,10 +111,10 @@ class KubernetesJobLauncher:
         """Close the API client's connections."""
         self._client.close()
 
-    def render(self, request: BuildRequest) -> dict[str, Any]:
+    def render(self, request: JobRequest) -> dict[str, Any]:
         return render_job(request, self._options)
 
-    def launch(self, request: BuildRequest) -> bool:
+    def launch(self, request: JobRequest) -> bool:
         name = request.job_name
         _check_job_name(name)
         manifest = self.render(request)

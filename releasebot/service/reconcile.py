@@ -20,6 +20,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from releasebot.domain import lifecycle
+from releasebot.domain.bases import BaseRules
 from releasebot.domain.builds import arch_tag
 from releasebot.domain.coverage import Coverage, fleet_coverage
 from releasebot.domain.decisions import Action
@@ -29,6 +30,7 @@ from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch
 from releasebot.service.attempts import Attempts, ReconcileOptions
+from releasebot.service.bases import driver_bases
 from releasebot.service.plan import PlanService
 from releasebot.service.report import CycleReport
 
@@ -55,6 +57,7 @@ class ReconcileService:
         dry_run: bool = False,
         artifacts: ArtifactSource | None = None,
         attestor: Attestor | None = None,
+        base_rules: BaseRules | None = None,
     ) -> None:
         self._planner = planner
         self._store = store
@@ -62,6 +65,7 @@ class ReconcileService:
         self._clock = clock
         self._options = options
         self._dry_run = dry_run
+        self._bases = driver_bases(base_rules, store, registry, launcher, clock, options, dry_run)
         self._attempts = Attempts(
             store=store,
             registry=registry,
@@ -71,6 +75,7 @@ class ReconcileService:
             dry_run=dry_run,
             artifacts=artifacts,
             attestor=attestor,
+            bases=self._bases,
         )
         self._tags: set[str] = set()
 
@@ -95,6 +100,8 @@ class ReconcileService:
         plan = report.plan = self._planner.plan()
         if not self._dry_run:
             self._attempts.follow(report)
+            if self._bases is not None:
+                self._bases.follow(report)
         checked = self._check(plan.targets, report, read_digests=False)
         urgent = frozenset() if plan.fleet is None else plan.fleet.urgent_tags()
         if checked is not None and self.paused:
@@ -189,7 +196,12 @@ class ReconcileService:
     ) -> None:
         """Launch the due targets in ``lifecycle.launch_order``, as long as they fit."""
         running = len(self._store.builds(active_only=True))
+        if self._bases is not None:  # the bases the due targets need go first
+            running += self._bases.running()
+            running += self._bases.prepare(targets, self._tags, report, running=running)
         for record in lifecycle.launch_order(targets, self._clock(), urgent=urgent):
+            if self._bases is not None and not self._bases.ready(record, report):
+                continue  # waits for its driver base, with the base's tag as its reason
             if not self._attempts.inputs_ready(record, report):
                 continue
             if not lifecycle.has_room(record, running, self._options):
@@ -239,6 +251,10 @@ class ReconcileService:
         if force:
             tags = tags - {arch_tag(record.tag, arch) for arch in record.target.arches}
         if self._dry_run:
+            if self._bases is not None:
+                report.manifests += self._bases.render([record])
             report.manifests += self._attempts.render(self._attempts.requests(record))
             return
+        if self._bases is not None and not self._bases.by_hand(record, tags, report):
+            return  # its base is (re)built first; the target waits for it
         self._attempts.launch(record, tags, report, by_hand=True)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from releasebot.domain.bases import BaseRecord
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.fleet import ParsedNode
@@ -207,3 +208,19 @@ class DryRunStore:
         events: Sequence[Event] = (),
     ) -> None:
         pass
+
+    # -- driver bases: read through, written to the overlay --------------------------------
+
+    def bases(self) -> list[BaseRecord]:
+        merged = {record.tag: record for record in self._inner.bases()}
+        merged.update((record.tag, record) for record in self._overlay.bases())
+        return [merged[tag] for tag in sorted(merged)]
+
+    def save_bases(
+        self,
+        *,
+        bases: Sequence[BaseRecord] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        self._overlay.save_bases(bases=bases)

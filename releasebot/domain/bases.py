@@ -1,0 +1,435 @@
+"""Driver bases: the part of a driver image that does not depend on the kernel. Pure.
+
+A per-release image (``<driver>-flatcar<version>``) is built FROM its driver's base, pinned
+by digest, plus one kernel layer; so every image of one driver and arch shares the base's
+layer blobs, and a node that updates Flatcar pulls only the kernel layer. A base is one
+image per (driver version, arch, recipe revision, base OS images): built once, reused for
+every Flatcar release, built again when the recipe or the base OS images change (they are
+part of its tag, so a change is simply another base).
+
+Everything here is a function of facts the service fetched (the stored base, the
+registry's tag list, the Job's end, the time): which bases the due targets need, whether
+a base is ready, to be launched, followed, retried or failed, what its Job is told, and
+that a target waits, with a reason a person can read, while its base is not published. No
+per-release Job starts without its base's digest: ``driver_base_arg`` is the only way the
+per-release build learns it, and it needs a published base. What a base's failure means
+for the people on call is ONE event (``BASE_FAILED``), told when it fails for good.
+
+Deliberately not here: the I/O (``service/bases.py``), the Job manifest
+(``builders/kaniko.py``), the table (``store/bases.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from releasebot.domain.builds import (
+    RECIPE_LABEL,
+    BuildRecord,
+    BuildState,
+    FailureReason,
+    job_name,
+    retry_delay,
+)
+from releasebot.domain.decisions import Action, Decision
+from releasebot.domain.events import Event, EventKind
+from releasebot.domain.lifecycle import Change, LifecycleRules, is_due
+from releasebot.domain.models import Target, TargetRecord, TargetState
+from releasebot.domain.versions import Arch, DriverVersion, is_oci_tag
+
+BASE_LABEL = "releasebot.driver-base"
+"""The base image's label: ``<driver>/<arch>`` (the recipe's ``Dockerfile.base`` sets it)."""
+BASE_DOCKERFILE = "Dockerfile.base"
+"""The recipe file that builds a base, beside the per-release ``Dockerfile``."""
+DRIVER_BASE_ARG = "DRIVER_BASE"
+"""The per-release build's argument: ``<repository>@sha256:<digest>`` of its arch's base."""
+OS_IMAGE_ARGS = ("RUNTIME_IMAGE", "BUILDER_IMAGE")
+"""The base OS images: a change of either is another base."""
+BASE_ARG_NAMES = frozenset(
+    {"NVIDIA_BASE_URL", "NVIDIA_RUNFILE_SHA256", "RECIPE_REVISION", *OS_IMAGE_ARGS}
+)
+"""The optional build args ``Dockerfile.base`` declares beside the required three."""
+
+_SAFE_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.]{0,39}")
+_TAG = re.compile(
+    r"(?P<driver>[0-9][0-9.]*)-base-(?P<arch>amd64|arm64)"
+    r"-r(?P<revision>[A-Za-z0-9][A-Za-z0-9.]{0,39})-(?P<os>[0-9a-f]{8})"
+)
+
+
+def revision_text(revision: str) -> str:
+    """The recipe revision as it appears in a tag: itself when short and plain (the shipped
+    recipe's 12 hex digits), else 12 hex digits of its SHA-256."""
+    if _SAFE_REVISION.fullmatch(revision):
+        return revision
+    return hashlib.sha256(revision.encode()).hexdigest()[:12]
+
+
+def os_fingerprint(os_images: Sequence[tuple[str, str]]) -> str:
+    """Eight hex digits naming the base OS images (the recipe's defaults: no pairs)."""
+    text = "\n".join(f"{name}={value}" for name, value in sorted(os_images))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def base_tag(
+    driver: DriverVersion, arch: Arch, revision: str, os_images: Sequence[tuple[str, str]]
+) -> str:
+    """``<driver>-base-<arch>-r<revision>-<os>``, e.g. ``580.95.05-base-amd64-r1a2b3c4d5e6f-
+    9f86d081``.
+
+    Why this shape: it is a valid OCI tag; it can never be an operator tag
+    (``<driver>-flatcar<version>``) nor a per-arch tag of one (``…-flatcar<v>-<arch>``), nor a
+    signature tag (``sha256-…``); retention recognises it (``parse_base_tag``); and every
+    input that makes another base (driver, arch, recipe revision, base OS images) is in it,
+    so a new base never overwrites one that published images are built on.
+    """
+    value = (
+        f"{driver.text}-base-{arch.value}-r{revision_text(revision)}-{os_fingerprint(os_images)}"
+    )
+    if not is_oci_tag(value):  # cannot happen for parsed versions; be safe
+        raise ValueError(f"{value!r} is not a valid OCI tag")
+    return value
+
+
+def parse_base_tag(tag: str) -> tuple[DriverVersion, Arch] | None:
+    """(driver, arch) of a base tag; ``None`` for any other tag."""
+    match = _TAG.fullmatch(tag)
+    if match is None or not DriverVersion.is_valid(match["driver"]):
+        return None
+    return DriverVersion.parse(match["driver"]), Arch(match["arch"])
+
+
+@dataclass(frozen=True)
+class BaseRules:
+    """What makes a base, beside its driver and arch (the ``[recipe]`` settings)."""
+
+    revision: str
+    """The recipe's revision: the shipped recipe's digest, or a git context's commit."""
+    os_images: tuple[tuple[str, str], ...] = ()
+    """``(RUNTIME_IMAGE, …)``, ``(BUILDER_IMAGE, …)`` as configured; empty: the recipe's."""
+    build_args: tuple[tuple[str, str], ...] = ()
+    """Every build's extra args; the base Job gets those ``Dockerfile.base`` declares."""
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    """One base to exist: a driver for one arch, by one recipe revision, on one base OS."""
+
+    driver_version: DriverVersion
+    driver_branch: str
+    arch: Arch
+    revision: str
+    os_images: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def tag(self) -> str:
+        return base_tag(self.driver_version, self.arch, self.revision, self.os_images)
+
+    @property
+    def label(self) -> str:
+        """The value of ``BASE_LABEL`` the base image must carry."""
+        return f"{self.driver_version.text}/{self.arch.value}"
+
+
+def spec_for(target: Target, arch: Arch, rules: BaseRules) -> BaseSpec:
+    """The base the target's ``arch`` image is built on."""
+    return BaseSpec(
+        target.driver_version, target.driver_branch, arch, rules.revision, rules.os_images
+    )
+
+
+def needed_bases(records: Iterable[TargetRecord], rules: BaseRules) -> list[BaseSpec]:
+    """The bases the given targets are built on, one per (driver, arch), in their order."""
+    seen: dict[str, BaseSpec] = {}
+    for record in records:
+        for arch in record.target.arches:
+            spec = spec_for(record.target, arch, rules)
+            seen.setdefault(spec.tag, spec)
+    return list(seen.values())
+
+
+class BaseState(enum.StrEnum):
+    LAUNCHING = "launching"
+    """Recorded before the Job is created; a restart creates or adopts it."""
+    RUNNING = "running"
+    PUBLISHED = "published"
+    """Verified in the registry: its digest is what per-release Jobs are built FROM."""
+    RETRYING = "retrying"
+    FAILED = "failed"
+    """Failed for good (told once): its targets wait until a person retries one of them."""
+
+
+@dataclass(frozen=True)
+class BaseRecord:
+    """A base as the store keeps it: what it is, and its current (or last) attempt."""
+
+    spec: BaseSpec
+    state: BaseState
+    created_at: datetime
+    updated_at: datetime
+    attempts: int = 0
+    budget_start: int = 0
+    """Attempts before the current retry budget (a person's retry starts a new one)."""
+    failures: int = 0
+    """Failed attempts since the budget began."""
+    job_name: str | None = None
+    started_at: datetime | None = None
+    digest: str | None = None
+    reason: FailureReason | None = None
+    last_error: str | None = None
+    log_tail: str | None = None
+    next_attempt_at: datetime | None = None
+    published_at: datetime | None = None
+
+    @property
+    def tag(self) -> str:
+        return self.spec.tag
+
+    @property
+    def active(self) -> bool:
+        return self.state in (BaseState.LAUNCHING, BaseState.RUNNING)
+
+    def build(self) -> BuildRecord:
+        """The attempt as a build row, for the judgements builds share (``judge_job``)."""
+        return BuildRecord(
+            tag=self.tag,
+            arch=self.spec.arch,
+            attempt=self.attempts,
+            job_name=self.job_name or "",
+            destination_tag=self.tag,
+            state=BuildState.RUNNING,
+            created_at=self.started_at or self.created_at,
+        )
+
+
+@dataclass(frozen=True)
+class BaseRequest:
+    """One base Job: what the Job launcher renders (``JobRequest``)."""
+
+    spec: BaseSpec
+    attempt: int
+    job_name: str
+    build_args: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    dockerfile: str | None = BASE_DOCKERFILE
+
+    @property
+    def subject(self) -> str:
+        return self.spec.tag
+
+    @property
+    def arch(self) -> Arch:
+        return self.spec.arch
+
+    @property
+    def destination_tag(self) -> str:
+        return self.spec.tag
+
+
+def base_request(spec: BaseSpec, attempt: int, rules: BaseRules) -> BaseRequest:
+    """The base's Job for ``attempt``: ``Dockerfile.base``, its build args, its tag."""
+    extra = dict(rules.build_args)
+    extra.update(rules.os_images)
+    args = (
+        ("DRIVER_VERSION", spec.driver_version.text),
+        ("DRIVER_BRANCH", spec.driver_branch),
+        ("TARGETARCH", spec.arch.value),
+        *((name, extra[name]) for name in sorted(extra) if name in BASE_ARG_NAMES),
+    )
+    labels = (
+        (BASE_LABEL, spec.label),
+        (RECIPE_LABEL, spec.revision),
+        ("org.opencontainers.image.version", spec.tag),
+        ("org.opencontainers.image.title", "NVIDIA driver base for Flatcar Container Linux"),
+    )
+    return BaseRequest(spec, attempt, job_name(spec.tag, spec.arch, attempt), args, labels)
+
+
+# -- what a base needs next ------------------------------------------------------------------
+
+
+class BaseStep(enum.StrEnum):
+    READY = "ready"
+    """Published: its targets may launch."""
+    LAUNCH = "launch"
+    """Missing (never built, vanished from the registry) or due for a retry."""
+    BUILDING = "building"
+    WAIT = "wait"
+    """Retrying later."""
+    FAILED = "failed"
+
+
+def base_step(record: BaseRecord | None, *, present: bool, now: datetime) -> BaseStep:
+    """What the base needs now, from its record and whether its tag is in the registry."""
+    if record is None:
+        return BaseStep.LAUNCH
+    if record.active:
+        return BaseStep.BUILDING
+    if record.state is BaseState.PUBLISHED:
+        return BaseStep.READY if present else BaseStep.LAUNCH
+    if record.state is BaseState.RETRYING:
+        due = record.next_attempt_at is None or record.next_attempt_at <= now
+        return BaseStep.LAUNCH if due else BaseStep.WAIT
+    return BaseStep.FAILED
+
+
+def start_base(
+    spec: BaseSpec,
+    record: BaseRecord | None,
+    request: BaseRequest,
+    *,
+    now: datetime,
+    by_hand: bool = False,
+) -> BaseRecord:
+    """The base's next attempt, recorded ``launching`` before its Job exists. ``by_hand``: a
+    person retried a target that waits for it, which starts a full retry budget."""
+    if record is None:
+        record = BaseRecord(spec, BaseState.LAUNCHING, created_at=now, updated_at=now)
+    budget_start = record.attempts if by_hand else record.budget_start
+    return replace(
+        record,
+        state=BaseState.LAUNCHING,
+        attempts=request.attempt,
+        budget_start=budget_start,
+        failures=0 if by_hand else record.failures,
+        job_name=request.job_name,
+        started_at=now,
+        reason=None,
+        next_attempt_at=None,
+        updated_at=now,
+    )
+
+
+def adopt_base(spec: BaseSpec, digest: str, *, now: datetime) -> BaseRecord:
+    """A base found in the registry with the right labels (e.g. a store restored from an
+    old backup): taken as published, not built again."""
+    return BaseRecord(
+        spec,
+        BaseState.PUBLISHED,
+        created_at=now,
+        updated_at=now,
+        digest=digest,
+        published_at=now,
+    )
+
+
+def wrong_base_labels(spec: BaseSpec, labels: Mapping[str, str]) -> str | None:
+    """Which label says the image is another base than ``spec``; ``None``: none."""
+    expected = {BASE_LABEL: spec.label, RECIPE_LABEL: spec.revision}
+    for key, value in expected.items():
+        if labels.get(key) != value:
+            return f"image label {key} is {labels.get(key)!r}, the base tag promises {value!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class BaseChange:
+    """A base's transition: the record as it becomes, what to log, what to tell."""
+
+    record: BaseRecord
+    decision: Decision
+    event: Event | None = None
+
+
+def base_published(record: BaseRecord, digest: str, *, now: datetime) -> BaseChange:
+    published = replace(
+        record,
+        state=BaseState.PUBLISHED,
+        digest=digest,
+        reason=None,
+        last_error=None,
+        log_tail=None,
+        published_at=now,
+        updated_at=now,
+    )
+    return BaseChange(published, Decision(Action.PUBLISHED, record.tag, f"driver base {digest}"))
+
+
+def base_failed(
+    record: BaseRecord, failed: BuildRecord, *, now: datetime, rules: LifecycleRules
+) -> BaseChange:
+    """A failed attempt: retried with the targets' backoff while transient and within
+    ``max_attempts``; else failed for good, which is the one ``BASE_FAILED`` event."""
+    reason = failed.reason or FailureReason.EXIT_CODE
+    why = reason.value if not failed.message else f"{reason.value}: {failed.message}"
+    failures = record.failures + 1
+    base = replace(
+        record,
+        reason=reason,
+        last_error=why,
+        log_tail=failed.log_tail,
+        failures=failures,
+        updated_at=now,
+    )
+    if reason.transient and failures < rules.max_attempts:
+        delay = retry_delay(failures, base=rules.retry_base, cap=rules.retry_cap)
+        retrying = replace(base, state=BaseState.RETRYING, next_attempt_at=now + delay)
+        return BaseChange(retrying, Decision(Action.RETRYING, record.tag, why))
+    failed_base = replace(base, state=BaseState.FAILED, next_attempt_at=None)
+    return BaseChange(
+        failed_base, Decision(Action.FAILED, record.tag, why), base_failed_event(failed_base, now)
+    )
+
+
+def base_failed_event(record: BaseRecord, now: datetime) -> Event:
+    """The one alert of a base that failed for good (not one per waiting target)."""
+    spec = record.spec
+    payload = {
+        "driver_version": spec.driver_version.text,
+        "arch": spec.arch.value,
+        "recipe_revision": spec.revision,
+        "attempt": record.attempts,
+        "error": record.last_error,
+        "reason": None if record.reason is None else record.reason.value,
+        "log_tail": record.log_tail,
+        "jobs": [record.job_name] if record.job_name else [],
+    }
+    return Event(
+        EventKind.BASE_FAILED, f"base:{spec.tag}#{record.attempts}", spec.tag, now, payload
+    )
+
+
+# -- the targets that wait for it ------------------------------------------------------------
+
+
+def base_wait_reason(spec: BaseSpec, record: BaseRecord | None) -> str:
+    """What a target waiting for ``spec`` shows (``plan``, status, the page)."""
+    text = f"waiting for driver base {spec.tag}"
+    if record is None:
+        return text
+    if record.state is BaseState.FAILED:
+        return f"{text} (failed: {record.last_error or 'no reason recorded'}; retry the target)"
+    if record.state is BaseState.RETRYING:
+        return f"{text} (retrying: {record.last_error or 'no reason recorded'})"
+    if record.active:
+        return f"{text} (building, Job {record.job_name})"
+    return text
+
+
+def wait_for_base(record: TargetRecord, why: str, *, now: datetime) -> Change | None:
+    """A due target whose base is not published waits, due again as soon as it is; the
+    decision is said when the reason changes. ``None``: nothing changes."""
+    if record.state is TargetState.WAITING and record.last_error == why:
+        return None
+    waiting = replace(
+        record, state=TargetState.WAITING, next_attempt_at=None, last_error=why, updated_at=now
+    )
+    return Change(waiting, Decision(Action.WAITING, record.tag, why))
+
+
+def due_targets(records: Iterable[TargetRecord], now: datetime) -> list[TargetRecord]:
+    """The targets whose next attempt may start now: those whose bases are needed."""
+    return [record for record in records if is_due(record, now)]
+
+
+def driver_base_arg(repository: str, record: BaseRecord | None) -> tuple[str, str] | None:
+    """``("DRIVER_BASE", "<repository>@<digest>")`` for a published base; ``None`` otherwise
+    (and then no per-release Job may start)."""
+    if record is None or record.state is not BaseState.PUBLISHED or record.digest is None:
+        return None
+    return (DRIVER_BASE_ARG, f"{repository}@{record.digest}")
