@@ -193,13 +193,15 @@ def test_two_releases_share_one_base_and_differ_only_in_the_kernel_layer(
     rig = multi_rig
     first = rig.cycle()
     bases, kernels = rig.jobs()
-    assert len(bases) == 2 and kernels == []  # one base per arch, nothing FROM nothing
+    assert len(bases) == 2
+    assert kernels == []
     base_tags = {rig.kaniko.destination(job)[1]: rig.kaniko.destination(job)[2] for job in bases}
     assert sorted(base_tags.values()) == ["amd64", "arm64"]
     assert all(parse_base_tag(tag) is not None for tag in base_tags)
     for tag in TAGS:
         record = rig.store.target(tag)
-        assert record is not None and record.state is TargetState.WAITING
+        assert record is not None
+        assert record.state is TargetState.WAITING
         assert record.last_error is not None
         assert record.last_error.startswith("waiting for driver base 580.178.04-base-")
     assert ("waiting", TAGS[0]) in [(d.action, d.tag) for d in first.decisions]
@@ -224,7 +226,8 @@ def test_two_releases_share_one_base_and_differ_only_in_the_kernel_layer(
     rig.cycle()
     for tag in TAGS:
         record = rig.store.target(tag)
-        assert record is not None and record.state is TargetState.PUBLISHED
+        assert record is not None
+        assert record.state is TargetState.PUBLISHED
     for arch in ("amd64", "arm64"):
         [base] = [tag for tag, a in base_tags.items() if a == arch]
         lower = layer_digests(rig, base)
@@ -264,12 +267,15 @@ def test_a_failing_base_is_one_alert_and_no_kernel_job(rig: Rig) -> None:
     assert all(e.kind is not EventKind.BUILD_STARTED for e in events)
     for tag in TAGS:
         target = rig.store.target(tag)
-        assert target is not None and target.state is TargetState.WAITING
-        assert target.last_error is not None and "failed" in target.last_error
+        assert target is not None
+        assert target.state is TargetState.WAITING
+        assert target.last_error is not None
+        assert "failed" in target.last_error
 
     retried = rig.service.retry(rig.store.target(TAGS[0]))  # type: ignore[arg-type]
     assert [d.action for d in retried.decisions if d.tag == record.tag] == ["launched"]
     bases, kernels = rig.jobs()
-    assert len(bases) == 2 and kernels == []  # the base again (attempt 2), still no kernel
+    assert len(bases) == 2
+    assert kernels == []
     [again] = rig.store.bases()
     assert (again.state, again.attempts) == (BaseState.RUNNING, 2)
