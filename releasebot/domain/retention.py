@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from releasebot.domain.bases import parse_base_tag
+from releasebot.domain.base_tags import parse_base_tag
 from releasebot.domain.fleet import FleetNode, IgnoredNode, ParsedNode
 from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import TargetRecord

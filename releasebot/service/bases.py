@@ -24,15 +24,9 @@ from datetime import datetime
 from typing import Any
 
 from releasebot.domain import bases as rules_
-from releasebot.domain.attestation import Verification
-from releasebot.domain.bases import (
-    BaseChange,
-    BaseRecord,
-    BaseRules,
-    BaseSpec,
-    BaseState,
-    BaseStep,
-)
+from releasebot.domain.attestation import ArchBuild, AttestationRequest, Verification
+from releasebot.domain.base_tags import BaseSpec
+from releasebot.domain.bases import BaseChange, BaseRecord, BaseRules, BaseState, BaseStep
 from releasebot.domain.builds import (
     FailureReason,
     Pushed,
@@ -50,7 +44,7 @@ from releasebot.domain.errors import (
 )
 from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.models import Target, TargetRecord
-from releasebot.domain.ports import JobLauncher, Registry, StateStore
+from releasebot.domain.ports import Attestor, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch
 from releasebot.service.report import CycleReport
 
@@ -312,11 +306,14 @@ def driver_bases(
     clock: Callable[[], datetime],
     lifecycle: LifecycleRules,
     dry_run: bool,
-    signer: BaseSigner | None = None,
+    attestor: Attestor | None = None,
 ) -> DriverBases | None:
-    """The bases of a reconcile service; ``None`` when bases are off (a single-image recipe)."""
+    """The bases of a reconcile service; ``None`` when bases are off (a single-image recipe).
+    With an ``attestor``, a base is signed and given an SBOM and provenance like any image
+    before it is called published (and before any per-release Job is built FROM it)."""
     if rules is None:
         return None
+    signer = None if attestor is None else _signer(attestor, registry.repository, rules, clock)
     return DriverBases(
         store=store,
         registry=registry,
@@ -327,3 +324,23 @@ def driver_bases(
         dry_run=dry_run,
         signer=signer,
     )
+
+
+def _signer(
+    attestor: Attestor, repository: str, rules: BaseRules, clock: Callable[[], datetime]
+) -> BaseSigner:
+    def sign(record: BaseRecord, digest: str) -> Verification:
+        """Both calls are idempotent: signing again after a postponement adds nothing."""
+        request = rules_.base_request(record.spec, record.attempts, rules)
+        build = ArchBuild(
+            arch=record.spec.arch,
+            digest=digest,
+            job_name=request.job_name,
+            build_args=request.build_args,
+            started_at=record.started_at or record.created_at,
+            finished_at=clock(),
+        )
+        attestor.attest(AttestationRequest(repository, record.spec, digest, (build,)))
+        return attestor.verify(digest)
+
+    return sign

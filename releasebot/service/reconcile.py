@@ -65,7 +65,9 @@ class ReconcileService:
         self._clock = clock
         self._options = options
         self._dry_run = dry_run
-        self._bases = driver_bases(base_rules, store, registry, launcher, clock, options, dry_run)
+        self._bases = driver_bases(
+            base_rules, store, registry, launcher, clock, options, dry_run, attestor
+        )
         self._attempts = Attempts(
             store=store,
             registry=registry,

@@ -16,7 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, update
 
-from releasebot.domain.bases import BaseRecord, BaseSpec, BaseState
+from releasebot.domain.base_tags import BaseSpec
+from releasebot.domain.bases import BaseRecord, BaseState
 from releasebot.domain.builds import FailureReason
 from releasebot.domain.versions import Arch, DriverVersion
 from releasebot.store.decode import row_mapper

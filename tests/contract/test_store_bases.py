@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from releasebot.domain.bases import BaseRecord, BaseSpec, BaseState, base_failed_event
+from releasebot.domain.base_tags import BaseSpec
+from releasebot.domain.bases import BaseRecord, BaseState, base_failed_event
 from releasebot.domain.builds import FailureReason
 from releasebot.domain.errors import StoreError
 from releasebot.domain.models import TargetRecord, TargetState

@@ -12,7 +12,8 @@ per arch; no kernel Job starts before its base is published (the targets wait, s
 for which base); the two published manifests list the same layer digests in the same
 order but the last; a second cycle launches nothing; retention keeps the base (neither
 deleted nor counted as a foreign tag); a base that fails for good is ONE outbox event and
-no kernel Job, and a person's retry builds the base again.
+no kernel Job, and a person's retry builds the base again; with a signing key, a base is
+signed, with an SBOM and provenance that verify, before a kernel Job is built FROM it.
 """
 
 from __future__ import annotations
@@ -28,16 +29,24 @@ from sqlalchemy import Engine
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
-from releasebot.domain.bases import BaseRules, BaseState, parse_base_tag
+from releasebot.domain.base_tags import parse_base_tag
+from releasebot.domain.bases import BaseRules, BaseState
 from releasebot.domain.builds import FailureReason
 from releasebot.domain.events import EventKind
 from releasebot.domain.models import TargetState
 from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.domain.retention import BASE_KEPT, RetentionInputs, plan_retention
 from releasebot.domain.versions import Arch
+from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import CycleReport, ReconcileOptions, ReconcileService
+from releasebot.signing import formats as oci
+from releasebot.signing.attestor import RegistryAttestor
+from releasebot.signing.documents import Builder
+from releasebot.signing.keyfiles import KeyFiles
+from releasebot.signing.keys import SigningKey, encrypt_key, generate_key
+from releasebot.signing.verifier import SignatureVerifier
 from releasebot.sources.fetch import HttpFeedFetcher
 from releasebot.sources.flatcar import parse_flatcar_feed
 from releasebot.sources.nvidia import parse_nvidia_feed
@@ -54,6 +63,7 @@ from tests.support.registryserver import RunningRegistry
 CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4
 RULES = BaseRules(revision="0123456789ab", build_args=(("RECIPE_REVISION", "0123456789ab"),))
 TAGS = ("580.178.04-flatcar4593.2.5", "580.178.04-flatcar4593.2.4")
+PASSWORD = b"s3cret"
 
 
 @dataclass
@@ -102,6 +112,7 @@ def make_rig(
     feeds: FeedServer,
     http: httpx.Client,
     arches: frozenset[Arch],
+    key_file: Path | None = None,
 ) -> Rig:
     store = SqlStateStore(engine)
     stable = (test_data / "flatcar" / "releases-stable.json").read_bytes()
@@ -140,6 +151,7 @@ def make_rig(
         clock=clock,
         options=ReconcileOptions(max_concurrent_builds=8, max_attempts=2),
         base_rules=RULES,
+        attestor=None if key_file is None else attestor_for(registry, key_file),
     )
     return Rig(
         store,
@@ -152,17 +164,30 @@ def make_rig(
     )
 
 
+def attestor_for(registry: OrasRegistry, key_file: Path) -> RegistryAttestor:
+    return RegistryAttestor(
+        OrasArtifacts(registry),
+        keys=KeyFiles(str(key_file), password=PASSWORD).load,
+        builder=Builder("0.1.0", "ghcr.io/osscontainertools/kaniko:v1.28.0"),
+    )
+
+
 @pytest.fixture
 def feeds() -> Iterator[FeedServer]:
     with FeedServer() as server:
         yield server
 
 
-def _rig(request: pytest.FixtureRequest, engine: Engine, arches: frozenset[Arch]) -> Iterator[Rig]:
+def _rig(
+    request: pytest.FixtureRequest,
+    engine: Engine,
+    arches: frozenset[Arch],
+    key_file: Path | None = None,
+) -> Iterator[Rig]:
     names = ("test_data", "plain_registry", "registry_name", "kube_api", "feeds")
     parts = [request.getfixturevalue(name) for name in names]
     with httpx.Client(timeout=5) as http:
-        rig = make_rig(engine, *parts, http, arches)
+        rig = make_rig(engine, *parts, http, arches, key_file)
         try:
             yield rig
         finally:
@@ -279,3 +304,36 @@ def test_a_failing_base_is_one_alert_and_no_kernel_job(rig: Rig) -> None:
     assert kernels == []
     [again] = rig.store.bases()
     assert (again.state, again.attempts) == (BaseState.RUNNING, 2)
+
+
+@pytest.fixture
+def key() -> SigningKey:
+    return generate_key()
+
+
+@pytest.fixture
+def signed_rig(
+    request: pytest.FixtureRequest, engine: Engine, tmp_path: Path, key: SigningKey
+) -> Iterator[Rig]:
+    key_file = tmp_path / "cosign.key"
+    key_file.write_bytes(encrypt_key(key, PASSWORD))
+    yield from _rig(request, engine, frozenset({Arch.AMD64}), key_file)
+
+
+def test_a_base_is_signed_with_an_sbom_and_provenance_before_it_is_used(
+    signed_rig: Rig, key: SigningKey
+) -> None:
+    rig = signed_rig
+    rig.cycle()
+    [base_job] = rig.kaniko.job_names()
+    digest = rig.kaniko.build(base_job)
+    rig.cycle()
+    [base] = rig.store.bases()
+    assert (base.state, base.digest) == (BaseState.PUBLISHED, digest)
+    artifacts = OrasArtifacts(rig.registry)
+    assert artifacts.manifest(oci.signature_tag(digest)) is not None
+    verification = SignatureVerifier(artifacts, key.public).verify(digest)
+    assert verification.fingerprint == key.public.fingerprint
+    assert verification.sbom_components > 0
+    kernels = [job for job in rig.kaniko.job_names() if job != base_job]
+    assert len(kernels) == 2  # FROM the signed base, for both releases

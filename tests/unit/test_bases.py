@@ -19,22 +19,19 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from releasebot.builders.kaniko import KanikoOptions, render_job
+from releasebot.domain.base_tags import BASE_LABEL, BaseSpec, base_tag, parse_base_tag
 from releasebot.domain.bases import (
-    BASE_LABEL,
     BaseRecord,
     BaseRules,
-    BaseSpec,
     BaseState,
     BaseStep,
     base_failed,
     base_published,
     base_request,
     base_step,
-    base_tag,
     base_wait_reason,
     driver_base_arg,
     needed_bases,
-    parse_base_tag,
     spec_for,
     start_base,
     wait_for_base,
