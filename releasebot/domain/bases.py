@@ -43,7 +43,7 @@ from releasebot.domain.builds import (
 )
 from releasebot.domain.decisions import Action, Decision
 from releasebot.domain.events import Event, EventKind
-from releasebot.domain.lifecycle import Change, LifecycleRules, is_due
+from releasebot.domain.lifecycle import Change, LifecycleRules
 from releasebot.domain.models import Target, TargetRecord, TargetState
 from releasebot.domain.versions import Arch
 
@@ -344,11 +344,6 @@ def wait_for_base(record: TargetRecord, why: str, *, now: datetime) -> Change | 
         record, state=TargetState.WAITING, next_attempt_at=None, last_error=why, updated_at=now
     )
     return Change(waiting, Decision(Action.WAITING, record.tag, why))
-
-
-def due_targets(records: Iterable[TargetRecord], now: datetime) -> list[TargetRecord]:
-    """The targets whose next attempt may start now: those whose bases are needed."""
-    return [record for record in records if is_due(record, now)]
 
 
 def driver_base_arg(repository: str, record: BaseRecord | None) -> tuple[str, str] | None:

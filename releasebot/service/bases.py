@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -55,6 +55,18 @@ BaseSigner = Callable[[BaseRecord, str], Verification]
 (raises ``TemporaryError`` to postpone, any other ``ReleasebotError`` for good)."""
 
 
+@dataclass(frozen=True)
+class BaseGate:
+    """What ``ensure`` found for one target."""
+
+    ready: bool
+    """Every base of it is published: it may launch."""
+    started: int
+    """Base Jobs started for it now (they count against ``max_concurrent_builds``)."""
+    full: bool
+    """A base could not start for want of a build slot: launch order is strict, stop."""
+
+
 class DriverBases:
     """The driver bases of one store, registry and cluster."""
 
@@ -78,6 +90,8 @@ class DriverBases:
         self._lifecycle = lifecycle
         self._dry_run = dry_run
         self._signer = signer
+        self._rendered: set[str] = set()
+        """The bases a dry run showed as launched: the next targets find them launched."""
 
     @property
     def rules(self) -> BaseRules:
@@ -92,32 +106,31 @@ class DriverBases:
 
     # -- before the targets launch ---------------------------------------------------------
 
-    def prepare(
-        self,
-        targets: Sequence[TargetRecord],
-        tags: set[str],
-        report: CycleReport,
-        *,
-        running: int,
-    ) -> int:
-        """Launch the bases the due ``targets`` need that are missing (or due for a retry),
-        as long as they fit beside ``running`` Jobs; adopt those the registry already holds
-        with the right labels. Returns the Jobs started."""
+    def ensure(
+        self, record: TargetRecord, tags: set[str], report: CycleReport, *, running: int
+    ) -> BaseGate:
+        """Before a due target (its inputs published) launches: launch the bases of it that
+        are missing or due for a retry, as long as they fit beside ``running`` Jobs (or
+        adopt one the registry already holds with the right labels); the target may
+        launch when every base of it is published, and waits otherwise (``ready``)."""
         now = self._clock()
         stored = self._stored()
         started = 0
-        for spec in rules_.needed_bases(rules_.due_targets(targets, now), self._rules):
-            record = stored.get(spec.tag)
-            step = rules_.base_step(record, present=spec.tag in tags, now=now)
-            if step is not BaseStep.LAUNCH:
+        for arch in record.target.arches:
+            spec = rules_.spec_for(record.target, arch, self._rules)
+            base = stored.get(spec.tag)
+            step = rules_.base_step(base, present=spec.tag in tags, now=now)
+            if step is not BaseStep.LAUNCH or spec.tag in self._rendered:
                 continue
-            if record is None and spec.tag in tags and self._adopt(spec, report):
+            if base is None and spec.tag in tags and self._adopt(spec, report):
                 continue
-            if running + started and running + started + 1 > self._lifecycle.max_concurrent_builds:
+            busy = running + started
+            if busy and busy + 1 > self._lifecycle.max_concurrent_builds:
                 report.decide(Action.DEFERRED, spec.tag, "max_concurrent_builds reached")
-                break
-            started += self._launch(spec, record, report)
-        return started
+                self.ready(record, report)
+                return BaseGate(ready=False, started=started, full=True)
+            started += self._launch(spec, base, report)
+        return BaseGate(ready=self.ready(record, report), started=started, full=False)
 
     def ready(self, record: TargetRecord, report: CycleReport) -> bool:
         """Whether every arch's base of ``record`` is published; if not, the target is saved
@@ -198,6 +211,7 @@ class DriverBases:
         attempt = (record.attempts if record else 0) + 1
         request = rules_.base_request(spec, attempt, self._rules)
         if self._dry_run:
+            self._rendered.add(spec.tag)  # shown once, however many targets need it
             report.manifests.append(self._launcher.render(request))
             report.decide(Action.WOULD_LAUNCH, spec.tag, spec.arch.value, request.job_name)
             return 1

@@ -198,14 +198,17 @@ class ReconcileService:
     ) -> None:
         """Launch the due targets in ``lifecycle.launch_order``, as long as they fit."""
         running = len(self._store.builds(active_only=True))
-        if self._bases is not None:  # the bases the due targets need go first
-            running += self._bases.running()
-            running += self._bases.prepare(targets, self._tags, report, running=running)
+        running += 0 if self._bases is None else self._bases.running()
         for record in lifecycle.launch_order(targets, self._clock(), urgent=urgent):
-            if self._bases is not None and not self._bases.ready(record, report):
-                continue  # waits for its driver base, with the base's tag as its reason
             if not self._attempts.inputs_ready(record, report):
                 continue
+            if self._bases is not None:  # its driver bases first; it waits for them
+                gate = self._bases.ensure(record, self._tags, report, running=running)
+                running += gate.started
+                if gate.full:
+                    break  # strict order, as for the targets below
+                if not gate.ready:
+                    continue
             if not lifecycle.has_room(record, running, self._options):
                 # Strict order: later (smaller) targets must not starve this one.
                 report.decide(Action.DEFERRED, record.tag, "max_concurrent_builds reached")

@@ -13,7 +13,8 @@ for which base); the two published manifests list the same layer digests in the 
 order but the last; a second cycle launches nothing; retention keeps the base (neither
 deleted nor counted as a foreign tag); a base that fails for good is ONE outbox event and
 no kernel Job, and a person's retry builds the base again; with a signing key, a base is
-signed, with an SBOM and provenance that verify, before a kernel Job is built FROM it.
+signed, with an SBOM and provenance that verify, before a kernel Job is built FROM it;
+base Jobs take build slots (``max_concurrent_builds``) like any Job.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def make_rig(
     http: httpx.Client,
     arches: frozenset[Arch],
     key_file: Path | None = None,
+    max_builds: int = 8,
 ) -> Rig:
     store = SqlStateStore(engine)
     stable = (test_data / "flatcar" / "releases-stable.json").read_bytes()
@@ -149,7 +151,7 @@ def make_rig(
         registry=registry,
         launcher=launcher,
         clock=clock,
-        options=ReconcileOptions(max_concurrent_builds=8, max_attempts=2),
+        options=ReconcileOptions(max_concurrent_builds=max_builds, max_attempts=2),
         base_rules=RULES,
         attestor=None if key_file is None else attestor_for(registry, key_file),
     )
@@ -183,11 +185,12 @@ def _rig(
     engine: Engine,
     arches: frozenset[Arch],
     key_file: Path | None = None,
+    max_builds: int = 8,
 ) -> Iterator[Rig]:
     names = ("test_data", "plain_registry", "registry_name", "kube_api", "feeds")
     parts = [request.getfixturevalue(name) for name in names]
     with httpx.Client(timeout=5) as http:
-        rig = make_rig(engine, *parts, http, arches, key_file)
+        rig = make_rig(engine, *parts, http, arches, key_file, max_builds)
         try:
             yield rig
         finally:
@@ -337,3 +340,21 @@ def test_a_base_is_signed_with_an_sbom_and_provenance_before_it_is_used(
     assert verification.sbom_components > 0
     kernels = [job for job in rig.kaniko.job_names() if job != base_job]
     assert len(kernels) == 2  # FROM the signed base, for both releases
+
+
+@pytest.fixture
+def narrow_rig(request: pytest.FixtureRequest, engine: Engine) -> Iterator[Rig]:
+    yield from _rig(request, engine, frozenset({Arch.AMD64, Arch.ARM64}), max_builds=1)
+
+
+def test_base_jobs_count_against_max_concurrent_builds(narrow_rig: Rig) -> None:
+    rig = narrow_rig
+    first = rig.cycle()
+    [only] = rig.kaniko.job_names()  # one slot: one base Job, the other arch's deferred
+    assert rig.kaniko.is_base(only)
+    assert "deferred" in [d.action for d in first.decisions]
+    rig.kaniko.build(only)
+    rig.cycle()  # the first base is published; the slot goes to the other arch's base
+    bases, kernels = rig.jobs()
+    assert len(bases) == 2
+    assert kernels == []
