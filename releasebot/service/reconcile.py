@@ -256,9 +256,10 @@ class ReconcileService:
         if force:
             tags = tags - {arch_tag(record.tag, arch) for arch in record.target.arches}
         if self._dry_run:
-            if self._bases is not None:
-                report.manifests += self._bases.render([record])
-            report.manifests += self._attempts.render(self._attempts.requests(record))
+            bases = [] if self._bases is None else self._bases.render([record])
+            report.manifests += bases  # a base to build first: its Job, and not the image's
+            if not bases:
+                report.manifests += self._attempts.render(self._attempts.requests(record))
             return
         if self._bases is not None and not self._bases.by_hand(record, tags, report):
             return  # its base is (re)built first; the target waits for it
