@@ -230,7 +230,8 @@ class DriverBases:
             report.errors.append(str(error))
             report.decide(Action.LAUNCH_POSTPONED, record.tag, str(error), request.job_name)
             return
-        except ClusterRejectedError as error:
+        except ClusterRejectedError as error:  # said as a target's refusal is (exit 1)
+            report.decide(Action.REJECTED, record.tag, str(error), request.job_name)
             self._fail(record, FailureReason.REJECTED, str(error), report)
             return
         self._store.save_bases(bases=[replace(record, state=BaseState.RUNNING)])

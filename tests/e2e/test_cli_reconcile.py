@@ -174,6 +174,25 @@ def test_the_base_is_built_first_then_the_kernel_image(
     assert (target["state"], target["digest"]) == ("published", digest)
 
 
+def test_a_base_job_the_api_server_refuses_is_said_and_exits_1(
+    config: Path, kube_api: FakeKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config.write_text(config.read_text().replace("bases = false\n", ""), encoding="utf-8")
+    kube_api.fail_requests(
+        None,
+        status=403,
+        reason="Forbidden",
+        message='jobs.batch is forbidden: User "x" cannot create resource "jobs"',
+        method="POST",
+        plural="jobs",
+    )
+    code, out, err = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert code == 1
+    assert out.startswith("rejected 580.178.04-base-amd64-r")
+    assert "refused 1 Job(s)" in err
+    assert "Traceback" not in err
+
+
 def test_with_slack_off_no_notification_is_queued_and_old_ones_are_dropped(
     config: Path,
     tmp_path: Path,
