@@ -1,9 +1,10 @@
 """The Kaniko build Job: its settings and the pure function that renders it.
 
-``render_job`` turns one ``BuildRequest`` (one target, one arch, one attempt) into the
-batch/v1 Job manifest that runs the Kaniko executor. It is pure: no I/O, no clock, the same
-request and options always give the same manifest, so ``--dry-run`` shows exactly what
-``launch`` would create and a restarted releasebot derives the same Job name.
+``render_job`` turns one ``JobRequest`` (one target, one arch, one attempt; or one driver
+base, ``domain/bases.py``) into the batch/v1 Job manifest that runs the Kaniko executor.
+It is pure: no I/O, no clock, the same request and options always give the same manifest,
+so ``--dry-run`` shows exactly what ``launch`` would create and a restarted releasebot
+derives the same Job name.
 
 What the manifest guarantees, and why:
 
@@ -57,7 +58,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
-from releasebot.domain.builds import BuildRequest
+from releasebot.domain.builds import JobRequest
 from releasebot.domain.errors import InvalidOptionError
 from releasebot.domain.references import PATH_COMPONENT, SHA256, TAG, is_repository_path
 from releasebot.domain.untrusted import strip_controls
@@ -310,17 +311,17 @@ def trim_log_tail(text: str | None, limit: int = LOG_TAIL_MAX_CHARS) -> str | No
     return tail or None
 
 
-def render_job(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
+def render_job(request: JobRequest, options: KanikoOptions) -> dict[str, Any]:
     """The batch/v1 Job that builds and pushes ``request.destination_tag``."""
     destination = f"{options.registry_repository}:{request.destination_tag}"
     labels = {
         **options.extra_labels,
         **BUILD_SELECTOR,
-        TARGET_LABEL: target_label_value(request.target.tag),
+        TARGET_LABEL: target_label_value(request.subject),
         ARCH_LABEL: request.arch.value,
         ATTEMPT_LABEL: str(request.attempt),
     }
-    annotations = {TAG_ANNOTATION: request.target.tag, DESTINATION_ANNOTATION: destination}
+    annotations = {TAG_ANNOTATION: request.subject, DESTINATION_ANNOTATION: destination}
     pod_annotations = dict(annotations)
     if options.registry_auth in CREDENTIAL_HELPERS:
         pod_annotations[DOCKER_CONFIG_ANNOTATION] = helper_docker_config(options)
@@ -421,7 +422,7 @@ def registry_secret_name(job_name: str) -> str:
     return f"{job_name}-registry"
 
 
-def _docker_config_volume(request: BuildRequest, options: KanikoOptions) -> dict[str, Any]:
+def _docker_config_volume(request: JobRequest, options: KanikoOptions) -> dict[str, Any]:
     if options.registry_auth in CREDENTIAL_HELPERS:
         path = f"metadata.annotations['{DOCKER_CONFIG_ANNOTATION}']"
         return {
@@ -467,12 +468,21 @@ def render_registry_secret(
     }
 
 
-def _kaniko_args(request: BuildRequest, options: KanikoOptions, destination: str) -> list[str]:
+def dockerfile_for(request: JobRequest, options: KanikoOptions) -> str:
+    """The Dockerfile of ``request``: the configured one, or the file it names beside it
+    (a driver base's ``Dockerfile.base``, in the same directory of the context)."""
+    if request.dockerfile is None:
+        return options.dockerfile
+    folder, _, _name = options.dockerfile.rpartition("/")
+    return f"{folder}/{request.dockerfile}" if folder else request.dockerfile
+
+
+def _kaniko_args(request: JobRequest, options: KanikoOptions, destination: str) -> list[str]:
     args = [f"--context={options.kaniko_context}"]
     if options.context_sub_path is not None:
         args.append(f"--context-sub-path={options.context_sub_path}")
     args += [
-        f"--dockerfile={options.dockerfile}",
+        f"--dockerfile={dockerfile_for(request, options)}",
         f"--destination={destination}",
         *(f"--build-arg={name}={value}" for name, value in request.build_args),
         *(f"--label={name}={value}" for name, value in request.labels),

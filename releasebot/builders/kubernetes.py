@@ -64,7 +64,7 @@ from releasebot.builders.kaniko import (
     render_registry_secret,
     trim_log_tail,
 )
-from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobStatus
+from releasebot.domain.builds import FailureReason, JobPhase, JobRequest, JobStatus
 from releasebot.domain.errors import (
     ClusterRejectedError,
     ClusterUnavailableError,
@@ -133,10 +133,10 @@ class KubernetesJobLauncher:
         """Close the API client's connections."""
         self._client.close()
 
-    def render(self, request: BuildRequest) -> dict[str, Any]:
+    def render(self, request: JobRequest) -> dict[str, Any]:
         return render_job(request, self._options)
 
-    def launch(self, request: BuildRequest) -> bool:
+    def launch(self, request: JobRequest) -> bool:
         name = request.job_name
         _check_job_name(name)
         manifest = self.render(request)

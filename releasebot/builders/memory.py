@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from releasebot.builders.kaniko import KanikoOptions, render_job, trim_log_tail
-from releasebot.domain.builds import BuildRequest, FailureReason, JobPhase, JobStatus
+from releasebot.domain.builds import FailureReason, JobPhase, JobRequest, JobStatus
 
 
 @dataclass
@@ -34,10 +34,10 @@ class MemoryJobLauncher:
     def close(self) -> None:
         pass
 
-    def render(self, request: BuildRequest) -> dict[str, Any]:
+    def render(self, request: JobRequest) -> dict[str, Any]:
         return render_job(request, self._options)
 
-    def launch(self, request: BuildRequest) -> bool:
+    def launch(self, request: JobRequest) -> bool:
         if request.job_name in self._jobs:
             return False
         self._jobs[request.job_name] = _Job(

@@ -224,6 +224,18 @@ class RecipeSettings:
     ``open`` or ``both``. Both by default, so a node can pick either at start
     (``KERNEL_MODULE_TYPE``); one alone keeps a flavour that does not compile for a kernel
     from failing the other's image."""
+    bases: bool = setting(True)
+    """Build a driver base per (driver, arch, recipe revision, base OS images) with
+    ``Dockerfile.base`` and every per-release image FROM it (``DRIVER_BASE``), so a Flatcar
+    update pulls only the kernel layer. On by default: the shipped recipe has both
+    Dockerfiles. Off for a recipe of your own with a single Dockerfile."""
+    runtime_image: str = setting("", rules.kaniko_rule(kaniko.check_image, optional=True))
+    """The base OS image of the driver image (``RUNTIME_IMAGE``), pinned as
+    ``image:tag@sha256:…`` in production. Empty: the recipe's default. A change builds
+    new bases (it is part of their tag)."""
+    builder_image: str = setting("", rules.kaniko_rule(kaniko.check_image, optional=True))
+    """The image the recipe compiles in (``BUILDER_IMAGE``). Empty: the recipe's default.
+    A change builds new bases, as ``runtime_image`` does."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from releasebot.domain.base_tags import BaseSpec
 from releasebot.domain.builds import BuildRecord, BuildRequest
 from releasebot.domain.models import Target
 from releasebot.domain.versions import Arch
@@ -49,8 +50,9 @@ class AttestationRequest:
     """Everything needed to sign and describe one published tag."""
 
     repository: str
-    target: Target
-    """What was built: the tag, the driver and Flatcar versions, the kernel, the arches."""
+    target: Target | BaseSpec
+    """What was built: a target (the tag, the driver and Flatcar versions, the kernel, the
+    arches) or a driver base (its tag, driver, arch; no Flatcar release, no kernel)."""
     digest: str
     """The tag's digest: the image manifest (one arch) or the OCI index (several)."""
     builds: tuple[ArchBuild, ...]

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from releasebot.domain.errors import InvalidTagError
 from releasebot.domain.models import Target
@@ -56,6 +57,43 @@ class BuildRequest:
     """The tag the run pushes: the target's own tag, or a per-arch tag for multi-arch."""
     build_args: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
+    dockerfile: str | None = None
+    """``None``: the recipe's Dockerfile (the per-release image)."""
+
+    @property
+    def subject(self) -> str:
+        """The tag the Job is labelled with: the target's."""
+        return self.target.tag
+
+
+class JobRequest(Protocol):
+    """What a Job launcher renders: a target's build (``BuildRequest``) or a driver base's
+    (``bases.BaseRequest``). ``dockerfile`` names a file beside the configured Dockerfile
+    (``None``: that one); ``subject`` is the tag the Job is labelled and annotated with."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def arch(self) -> Arch: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def job_name(self) -> str: ...
+
+    @property
+    def destination_tag(self) -> str: ...
+
+    @property
+    def build_args(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def dockerfile(self) -> str | None: ...
 
 
 def arch_tag(tag: str, arch: Arch) -> str:

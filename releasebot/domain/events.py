@@ -46,6 +46,9 @@ class EventKind(enum.StrEnum):
     """A GPU node rebooted into the image and proved it: edits the build's message."""
     IMAGE_REFUSED = "image_refused"
     """A GPU node rebooted into the image and could not prove it: the rollout halts there."""
+    BASE_FAILED = "base_failed"
+    """A driver base failed for good: every image of its driver and arch waits for it
+    (``domain/bases.py``); told once, not once per waiting target."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from releasebot.domain.attestation import (
     Material,
     Verification,
 )
-from releasebot.domain.builds import BuildRecord, BuildRequest, JobStatus
+from releasebot.domain.bases import BaseRecord
+from releasebot.domain.builds import BuildRecord, JobRequest, JobStatus
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.fleet import ParsedNode
 from releasebot.domain.fleet_records import FleetRecord
@@ -255,6 +256,21 @@ class StateStore(Protocol):
         targets' status fields (as ``save`` does, with ``proven_at``/``proven_node``) and
         append ``events`` to the outbox, in ONE transaction."""
 
+    # -- driver bases ------------------------------------------------------------------------
+
+    def bases(self) -> list[BaseRecord]:
+        """Every driver base ever recorded, by tag (``domain/bases.py``)."""
+
+    def save_bases(
+        self,
+        *,
+        bases: Sequence[BaseRecord] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        """Upsert ``bases`` (by tag), save the targets' status fields (as ``save`` does) and
+        append ``events`` to the outbox, in ONE transaction."""
+
 
 class Registry(Protocol):
     """One repository in one OCI registry (``repository`` is ``host[:port]/path``).
@@ -322,10 +338,10 @@ class JobLauncher(Protocol):
     ``ClusterRejectedError`` (the API server refused the Job: permanent).
     """
 
-    def render(self, request: BuildRequest) -> dict[str, Any]:
+    def render(self, request: JobRequest) -> dict[str, Any]:
         """The Job manifest ``launch`` would create (for ``--dry-run`` and validation)."""
 
-    def launch(self, request: BuildRequest) -> bool:
+    def launch(self, request: JobRequest) -> bool:
         """Create the Job; True when created, False when it existed already (adopted)."""
 
     def status(self, job_name: str) -> JobStatus:

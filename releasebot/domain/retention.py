@@ -7,7 +7,8 @@ reason, and the tags kept, each with its reason. A tag may go only when ALL hold
 
 1. it has releasebot's own shape, ``<driver>-flatcar<version>`` (or a multi-arch target's
    per-arch ``<driver>-flatcar<version>-<arch>``); any other tag is not releasebot's and
-   is never considered;
+   is never considered; a driver base's tag (``<driver>-base-<arch>-r<revision>-<os>``)
+   is releasebot's but always kept, with its reason (``BASE_KEPT``);
 2. no GPU node runs its Flatcar version, none will reboot into it (FLUO's
    ``new-version``), and none the store saw within the retention period ran it (a node
    pool scaled to zero comes back);
@@ -37,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from releasebot.domain.base_tags import parse_base_tag
 from releasebot.domain.fleet import FleetNode, IgnoredNode, ParsedNode
 from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import TargetRecord
@@ -51,6 +53,9 @@ _TAG = re.compile(
     r"(?P<driver>[0-9][0-9.]*)-flatcar(?P<flatcar>[0-9]+\.[0-9]+\.[0-9]+)"
     r"(?:-(?P<arch>amd64|arm64))?"
 )
+BASE_KEPT = "a driver base: the images of its driver share its layers; retention keeps bases"
+"""Why a base tag (``domain/bases.py``) stays: retention deletes only Flatcar-shaped tags
+(a base has no Flatcar version to judge), and a kept image is built on its base's blobs."""
 _PENDING_NOTE = "FLUO new-version"
 """How ``fleet.parse_node`` notes a pending version it could not read."""
 
@@ -152,17 +157,20 @@ def plan_retention(
 ) -> RetentionPlan:
     """What may be deleted from the repository, and why everything else stays."""
     own: list[OwnTag] = []
+    bases: list[Kept] = []
     foreign = 0
     for tag in sorted(set(inputs.tags)):
         parsed = parse_own_tag(tag)
-        if parsed is None:
-            foreign += 1
-        else:
+        if parsed is not None:
             own.append(parsed)
+        elif parse_base_tag(tag) is not None:
+            bases.append(Kept(tag, BASE_KEPT))
+        else:
+            foreign += 1
     held = _unsure(inputs.nodes, inputs.fleet_problem, inputs.fleet_unsure)
     if held is not None:
         kept = tuple(Kept(tag.tag, "the fleet view is unsure: deleting nothing") for tag in own)
-        return RetentionPlan((), kept, held, foreign)
+        return RetentionPlan((), (*kept, *bases), held, foreign)
     in_use = _in_use(inputs.nodes or (), inputs.history, now - after)
     channels = _channel_reasons(inputs.listings, now, after)
     targets = {record.tag for record in inputs.targets}
@@ -188,7 +196,7 @@ def plan_retention(
         else:
             why = _why(version, left[version], after)
             delete.append(Deletion(own_tag.tag, own_tag.flatcar, why))
-    return RetentionPlan(tuple(delete), tuple(keep), None, foreign)
+    return RetentionPlan(tuple(delete), (*keep, *bases), None, foreign)
 
 
 def guard_shared_digests(

@@ -74,6 +74,7 @@ _HEADLINES = {
     EventKind.TAG_DELETED: ":wastebasket: Deleted",
     EventKind.IMAGE_PROVEN: ":white_check_mark: Proven on a GPU node:",
     EventKind.IMAGE_REFUSED: ":octagonal_sign: Refused on a GPU node:",
+    EventKind.BASE_FAILED: ":x: Driver base failed:",
 }
 
 
@@ -90,7 +91,8 @@ def render_message(events_for_key: Sequence[Event], repository: str) -> Rendered
         raise ValueError("render_message needs at least one event")
     first, last = events_for_key[0], events_for_key[-1]
     state = _fold(events_for_key)
-    if last.kind in (*_FEED_KINDS, *_FLEET_KINDS, EventKind.TAG_DELETED, EventKind.IMAGE_REFUSED):
+    standalone = (EventKind.TAG_DELETED, EventKind.IMAGE_REFUSED, EventKind.BASE_FAILED)
+    if last.kind in (*_FEED_KINDS, *_FLEET_KINDS, *standalone):
         return _feed_message(last, state, first.created_at)
     return _build_message(last, state, first.created_at, repository)
 
@@ -277,6 +279,9 @@ def _summary(event: Event, state: Mapping[str, object], repository: str) -> str:
         text = f"Refused on node {node}: {subject}: {reason}"
     elif kind is EventKind.IMAGE_PROVEN:
         text = f"Proven on node {_text(state, 'proven_node') or '?'}: {subject}"
+    elif kind is EventKind.BASE_FAILED:
+        driver, arch = _text(state, "driver_version") or "?", _text(state, "arch") or "?"
+        text = f"Driver base failed: {subject}: {reason}; every {driver} image for {arch} waits"
     elif kind is EventKind.TAG_DELETED:
         repo = _text(state, "repository") or repository
         text = f"Deleted {repo}:{subject}" if repo else f"Deleted {subject}"
@@ -307,6 +312,8 @@ def _feed_lines(event: Event, state: Mapping[str, object]) -> list[str]:
         return _deletion_lines(state)
     if event.kind is EventKind.IMAGE_REFUSED:
         return _refusal_lines(state)
+    if event.kind is EventKind.BASE_FAILED:
+        return _base_lines(event.subject, state)
     since = _time(state, "failing_since")
     since_text = _when(since) if since else "a while"
     if event.kind is EventKind.FEED_RECOVERED:
@@ -380,6 +387,23 @@ def _fleet_lines(event: Event, state: Mapping[str, object]) -> list[str]:
         "A node without its image loses its GPUs at the next driver start. `releasebot fleet` "
         "shows each node's verdict; with the reboot gate on, FLUO holds the reboot."
     )
+    return lines
+
+
+def _base_lines(tag: str, state: Mapping[str, object]) -> list[str]:
+    """A driver base that failed for good: one message, whatever number of images wait."""
+    driver, arch = _text(state, "driver_version") or "?", _text(state, "arch") or "?"
+    error = _cut(_text(state, "error") or "no reason recorded", REASON_MAX_CHARS)
+    lines = [
+        f"*Base* `{_escape(tag)}` (attempt {_int(state, 'attempt') or '?'})",
+        f"*Reason:* {_escape(error)}",
+        f"No image of driver {_escape(driver)} for {_escape(arch)} is built until it is: "
+        "they wait for it. Read the Job's log, fix the cause, then `/releasebot retry` one "
+        "of the waiting tags: that builds the base again.",
+    ]
+    jobs = _strings(state, "jobs")
+    if jobs:
+        lines.insert(1, "*Job* " + ", ".join(f"`{_escape(job)}`" for job in jobs))
     return lines
 
 

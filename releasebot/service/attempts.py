@@ -23,7 +23,7 @@ answer means. Deliberately not here: which targets to launch and when
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -58,6 +58,7 @@ from releasebot.domain.models import Target, TargetRecord, TargetState
 from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
+from releasebot.service.bases import DriverBases
 from releasebot.service.report import CycleReport
 
 log = logging.getLogger("releasebot.reconcile")
@@ -87,6 +88,7 @@ class Attempts:
         dry_run: bool,
         artifacts: ArtifactSource | None,
         attestor: Attestor | None = None,
+        bases: DriverBases | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -99,6 +101,8 @@ class Attempts:
         """Signs what is published; ``None``: images are published unsigned."""
         self._ready_args: dict[tuple[str, Arch], BuildArgs] = {}
         """What the inputs told each (tag, arch) (e.g. ``GCC_MAJOR``), for its build args."""
+        self._bases = bases
+        """Driver bases (``service/bases.py``): a build's ``DRIVER_BASE``; ``None``: off."""
 
     # -- before an attempt: the inputs ---------------------------------------------------
 
@@ -144,7 +148,14 @@ class Attempts:
 
     def _request(self, target: Target, arch: Arch, attempt: int) -> BuildRequest:
         extra = self._options.recipe_args + self._ready_args.get((target.tag, arch), ())
+        if self._bases is not None:  # DRIVER_BASE: only ever from a published base
+            extra += self._bases.build_args(target, arch) or ()
         return build_request(target, arch, attempt, extra)
+
+    def _base_missing(self, target: Target, arches: Iterable[Arch]) -> bool:
+        """Whether a base of ``target`` is not published: then no per-release Job starts."""
+        bases = self._bases
+        return bases is not None and any(bases.build_args(target, a) is None for a in arches)
 
     def render(self, requests: list[BuildRequest]) -> list[dict[str, Any]]:
         return [self._launcher.render(request) for request in requests]
@@ -158,6 +169,8 @@ class Attempts:
         the surviving arch of a failed attempt) reuses it instead of building it again.
         """
         requests = self.requests(record)
+        if not self._dry_run and self._base_missing(record.target, record.target.arches):
+            return 0  # the cycle asked `DriverBases.ready` first; a person's build too
         if self._dry_run:
             report.manifests += self.render(requests)
             for request in requests:
@@ -223,6 +236,8 @@ class Attempts:
             if build.state is BuildState.LAUNCHING:
                 if not self._args_known(record, build.arch, report):
                     continue  # the row stays `launching`: tried again next cycle
+                if self._base_missing(record.target, (build.arch,)):
+                    continue  # its base vanished since: the Job waits for it, never without
                 request = self._request(record.target, build.arch, build.attempt)
                 self._create_job(build, request, report)
             else:

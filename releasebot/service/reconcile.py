@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from releasebot.domain import lifecycle
+from releasebot.domain.bases import BaseRules
 from releasebot.domain.builds import arch_tag
 from releasebot.domain.coverage import Coverage, fleet_coverage
 from releasebot.domain.decisions import Action
@@ -37,6 +38,7 @@ from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch
 from releasebot.service.attempts import Attempts, ReconcileOptions
+from releasebot.service.bases import driver_bases
 from releasebot.service.plan import PlanService
 from releasebot.service.report import CycleReport
 
@@ -81,6 +83,7 @@ class ReconcileService:
         artifacts: ArtifactSource | None = None,
         attestor: Attestor | None = None,
         full_pass_every: timedelta = FULL_PASS_EVERY,
+        base_rules: BaseRules | None = None,
     ) -> None:
         self._planner = planner
         self._store = store
@@ -88,6 +91,9 @@ class ReconcileService:
         self._clock = clock
         self._options = options
         self._dry_run = dry_run
+        self._bases = driver_bases(
+            base_rules, store, registry, launcher, clock, options, dry_run, attestor
+        )
         self._attempts = Attempts(
             store=store,
             registry=registry,
@@ -97,6 +103,7 @@ class ReconcileService:
             dry_run=dry_run,
             artifacts=artifacts,
             attestor=attestor,
+            bases=self._bases,
         )
         self._tags: set[str] = set()
         self._full_pass_every = full_pass_every
@@ -142,6 +149,8 @@ class ReconcileService:
         plan = report.plan = self._planner.plan()
         if not self._dry_run:
             self._attempts.follow(report)
+            if self._bases is not None:
+                self._bases.follow(report)
         checked = self._check(plan.targets, report, read_digests=False)
         urgent = frozenset() if plan.fleet is None else plan.fleet.urgent_tags()
         if checked is not None and self.paused:
@@ -258,9 +267,17 @@ class ReconcileService:
     ) -> None:
         """Launch the due targets in ``lifecycle.launch_order``, as long as they fit."""
         running = len(self._store.builds(active_only=True))
+        running += 0 if self._bases is None else self._bases.running()
         for record in lifecycle.launch_order(targets, self._clock(), urgent=urgent):
             if not self._attempts.inputs_ready(record, report):
                 continue
+            if self._bases is not None:  # its driver bases first; it waits for them
+                gate = self._bases.ensure(record, self._tags, report, running=running)
+                running += gate.started
+                if gate.full:
+                    break  # strict order, as for the targets below
+                if not gate.ready:
+                    continue
             if not lifecycle.has_room(record, running, self._options):
                 # Strict order: later (smaller) targets must not starve this one.
                 report.decide(Action.DEFERRED, record.tag, "max_concurrent_builds reached")
@@ -308,6 +325,11 @@ class ReconcileService:
         if force:
             tags = tags - {arch_tag(record.tag, arch) for arch in record.target.arches}
         if self._dry_run:
-            report.manifests += self._attempts.render(self._attempts.requests(record))
+            bases = [] if self._bases is None else self._bases.render([record])
+            report.manifests += bases  # a base to build first: its Job, and not the image's
+            if not bases:
+                report.manifests += self._attempts.render(self._attempts.requests(record))
             return
+        if self._bases is not None and not self._bases.by_hand(record, tags, report):
+            return  # its base is (re)built first; the target waits for it
         self._attempts.launch(record, tags, report, by_hand=True)

@@ -35,6 +35,7 @@ from typing import Any
 
 from releasebot.domain.attestation import Attestation, AttestationRequest, Material, Verification
 from releasebot.domain.errors import SigningError, VerificationError
+from releasebot.domain.models import Target
 from releasebot.domain.ports import ArtifactRegistry, MaterialSource
 from releasebot.signing import (
     CYCLONEDX,
@@ -128,7 +129,8 @@ class RegistryAttestor:
     def _collect_materials(self, request: AttestationRequest) -> list[Material]:
         found: dict[str, Material] = {}
         for build in request.builds:
-            if self._materials is not None:
+            if self._materials is not None and isinstance(request.target, Target):
+                # A driver base's inputs are its build args (the runfile's pinned SHA-256).
                 for material in self._materials.materials(request.target, build.arch):
                     found.setdefault(material.uri, material)
             pinned = dict(build.build_args).get("NVIDIA_RUNFILE_SHA256")

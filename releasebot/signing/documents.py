@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from releasebot.domain.attestation import AttestationRequest, Material
+from releasebot.domain.models import Target
 from releasebot.signing import SLSA_PROVENANCE
 from releasebot.signing.formats import canonical
 
@@ -131,25 +132,28 @@ def render_sbom(
             ],
         )
     )
-    components.append(
-        Component(
-            type=ComponentType.OPERATING_SYSTEM,
-            name="flatcar-container-linux",
-            publisher="Flatcar Container Linux",
-            version=target.flatcar_version.text,
-            bom_ref="flatcar",
-            properties=[Property(name="releasebot:flatcar-channel", value=target.flatcar_channel)],
+    if isinstance(target, Target):  # a driver base has no Flatcar release and no kernel
+        components.append(
+            Component(
+                type=ComponentType.OPERATING_SYSTEM,
+                name="flatcar-container-linux",
+                publisher="Flatcar Container Linux",
+                version=target.flatcar_version.text,
+                bom_ref="flatcar",
+                properties=[
+                    Property(name="releasebot:flatcar-channel", value=target.flatcar_channel)
+                ],
+            )
         )
-    )
-    components.append(
-        Component(
-            type=ComponentType.OPERATING_SYSTEM,
-            name="linux-kernel",
-            version=target.kernel_release,
-            bom_ref="kernel",
-            description="the kernel release the modules are built for (uname -r on the node)",
+        components.append(
+            Component(
+                type=ComponentType.OPERATING_SYSTEM,
+                name="linux-kernel",
+                version=target.kernel_release,
+                bom_ref="kernel",
+                description="the kernel release the modules are built for (uname -r on the node)",
+            )
         )
-    )
     recipe = request.build_arg("RECIPE_REVISION") or builder.context or "unknown"
     components.append(
         Component(
@@ -228,13 +232,20 @@ def render_provenance(
     ).pb
     for subject in (*subjects, *dependencies, executor):
         ResourceDescriptor.copy_from_pb(subject).validate()
+    release = (
+        {
+            "flatcarVersion": target.flatcar_version.text,
+            "flatcarChannel": target.flatcar_channel,
+            "kernelRelease": target.kernel_release,
+        }
+        if isinstance(target, Target)
+        else {"driverBase": target.label}  # a driver base: no release, no kernel
+    )
     parameters = {
         "tag": request.tag,
         "driverVersion": target.driver_version.text,
         "driverBranch": target.driver_branch,
-        "flatcarVersion": target.flatcar_version.text,
-        "flatcarChannel": target.flatcar_channel,
-        "kernelRelease": target.kernel_release,
+        **release,
         "builds": [
             {
                 "arch": build.arch.value,

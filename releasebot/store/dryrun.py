@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
+from releasebot.domain.bases import BaseRecord
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.fleet import ParsedNode
@@ -299,3 +300,19 @@ class DryRunStore:
         events: Sequence[Event] = (),
     ) -> None:
         pass
+
+    # -- driver bases: read through, written to the overlay --------------------------------
+
+    def bases(self) -> list[BaseRecord]:
+        merged = {record.tag: record for record in self._inner.bases()}
+        merged.update((record.tag, record) for record in self._overlay.bases())
+        return [merged[tag] for tag in sorted(merged)]
+
+    def save_bases(
+        self,
+        *,
+        bases: Sequence[BaseRecord] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        self._overlay.save_bases(bases=bases)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from releasebot.domain.bases import BaseRecord
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.errors import StoreError
 from releasebot.domain.events import Event, MessageRef, StoredEvent
@@ -90,6 +91,7 @@ class MemoryStateStore:
         self._flags: dict[str, str] = {}
         self._fleet = FleetHistory()
         self._proofs: dict[str, ProofRecord] = {}
+        self._bases: dict[str, BaseRecord] = {}
         self._deletions: list[DeletionRecord] = []
         self._revisions: dict[str, int] = {}
 
@@ -402,6 +404,39 @@ class MemoryStateStore:
 
     def forget(self) -> None:
         """Nothing to drop: the records are the state itself, never a copy of it."""
+
+    # -- driver bases ------------------------------------------------------------------
+
+    def bases(self) -> list[BaseRecord]:
+        with self._lock:
+            return [self._bases[tag] for tag in sorted(self._bases)]
+
+    def save_bases(
+        self,
+        *,
+        bases: Sequence[BaseRecord] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        kept = [
+            replace(
+                record,
+                last_error=None if record.last_error is None else fit_error(record.last_error),
+                log_tail=fit_log(record.log_tail),
+                created_at=_utc(record.created_at),
+                updated_at=_utc(record.updated_at),
+                started_at=_utc_or_none(record.started_at),
+                next_attempt_at=_utc_or_none(record.next_attempt_at),
+                published_at=_utc_or_none(record.published_at),
+            )
+            for record in bases
+        ]
+        self.save(targets=targets, events=events)  # checked first: it may refuse them
+        with self._lock:
+            if kept:
+                self._touch("driver_bases")
+            for record in kept:
+                self._bases[record.tag] = record
 
     def _touch(self, *tables: str) -> None:
         """Move the change counters as ``SqlStateStore`` does (``store/revisions.py``)."""

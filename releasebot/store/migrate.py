@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # Alembic is imported only when a migration really runs (star
 
 EngineOrUrl = Engine | URL | str
 
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 """The newest revision in ``migrations/versions``; a test keeps the two in step. Knowing it
 without Alembic lets every start-up check the schema with one cheap query."""
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, select, update
 
+from releasebot.domain.bases import BaseRecord
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.events import Event, MessageRef, StoredEvent
 from releasebot.domain.fleet import ParsedNode
@@ -45,6 +46,7 @@ from releasebot.domain.proof import ProofRecord
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.domain.targets import diff_targets, requested_target
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.store import bases as base_rows
 from releasebot.store import fleet, outbox, retention, revisions
 from releasebot.store import proofs as proof_rows
 from releasebot.store.decode import row_mapper
@@ -327,6 +329,26 @@ class SqlStateStore:
 
     def forget(self) -> None:
         self._targets.forget()
+
+    # -- driver bases (statements in bases.py) -----------------------------------------
+
+    def bases(self) -> list[BaseRecord]:
+        with self._transaction() as conn:
+            return base_rows.bases(conn)
+
+    def save_bases(
+        self,
+        *,
+        bases: Sequence[BaseRecord] = (),
+        targets: Sequence[TargetRecord] = (),
+        events: Sequence[Event] = (),
+    ) -> None:
+        if not bases and not targets and not events:
+            return
+        with self._transaction(write=True) as conn:
+            base_rows.save_bases(conn, bases)
+            _update(conn, _targets_table, ("tag",), [_target_status(t) for t in targets])
+            outbox.insert_events(conn, events if self._keep_events else ())
 
     @contextmanager
     def _transaction(self, *, write: bool = False) -> Iterator[Connection]:

@@ -341,3 +341,31 @@ store_revisions = Table(
 """One change counter per table: every write transaction of the store that changes a table
 adds one to its counter, in the same transaction (``store/revisions.py``). Readers compare
 counters to skip reading what did not change. Rows are never deleted."""
+
+driver_bases = Table(
+    "driver_bases",
+    metadata,
+    Column("tag", String(TAG_LENGTH), primary_key=True),
+    Column("driver_version", String(VERSION_LENGTH), nullable=False),
+    Column("driver_branch", String(VERSION_LENGTH), nullable=False),
+    Column("arch", String(16), nullable=False),
+    Column("recipe_revision", Text, nullable=False),
+    Column("os_images", Text, nullable=False, server_default=""),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("budget_start", Integer, nullable=False, server_default="0"),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("job_name", String(63)),
+    Column("digest", String(80)),
+    Column("reason", String(32)),
+    Column("last_error", Text),
+    Column("log_tail", Text),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime),
+    Column("next_attempt_at", UtcDateTime),
+    Column("published_at", UtcDateTime),
+)
+"""Driver bases (``domain/bases.py``): one row per base tag, with its current or last
+attempt; the digest per-release Jobs are built FROM. Rows are never deleted (a base that
+no plan needs any more stays known, as its tag stays in the registry)."""

@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.domain.attestation import Verification
+from releasebot.domain.bases import BaseRules
 from releasebot.domain.errors import ConfigError, StoreError
 from releasebot.domain.ports import (
     FleetSource,
@@ -407,13 +408,14 @@ def recipe_args(settings: Settings) -> tuple[tuple[str, str], ...]:
     from releasebot.builders.recipe import recipe_revision
 
     recipe = settings.recipe
-    args = (
+    args: tuple[tuple[str, str], ...] = (
         ("FLATCAR_BASE_URL", recipe.flatcar_base_url),
         ("NVIDIA_BASE_URL", recipe.nvidia_base_url),
         ("FLATCAR_KEY_FINGERPRINT", recipe.flatcar_key_fingerprint),
         ("FLATCAR_KEY_URL", recipe.flatcar_key_url),
         ("MODULE_TYPES", recipe.module_types),
     )
+    args += os_images(settings)
     if settings.kaniko.context:  # a git recipe of the operator's own: its revision is its commit
         return args
     # The shipped recipe, installed with `releasebot recipe configmap` from this very version.
@@ -478,7 +480,30 @@ def reconcile_service(
             artifacts=artifacts,
             attestor=attestor,
             full_pass_every=settings.run.full_pass,
+            base_rules=base_rules(settings),
         )
+
+
+def base_rules(settings: Settings) -> BaseRules | None:
+    """What makes a driver base (``domain/bases.py``); ``None`` with ``recipe.bases`` off.
+
+    The revision is the shipped recipe's digest, or the commit a git context pins: a
+    change of either is a new base."""
+    if not settings.recipe.bases:
+        return None
+    args = recipe_args(settings)
+    revision = dict(args).get("RECIPE_REVISION")
+    if revision is None:  # a git recipe of the operator's own: its commit, shortened
+        revision = (settings.kaniko.context or "unknown").rsplit("#", 1)[-1][:12]
+    return BaseRules(revision=revision, os_images=os_images(settings), build_args=args)
+
+
+def os_images(settings: Settings) -> tuple[tuple[str, str], ...]:
+    """``RUNTIME_IMAGE`` and ``BUILDER_IMAGE`` as configured (the recipe's defaults when
+    empty): every build is told them, and they are part of a base's tag."""
+    recipe = settings.recipe
+    pairs = (("RUNTIME_IMAGE", recipe.runtime_image), ("BUILDER_IMAGE", recipe.builder_image))
+    return tuple((name, value) for name, value in pairs if value)
 
 
 def verify_tag(settings: Settings, tag: str) -> Verification:

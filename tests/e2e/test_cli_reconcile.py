@@ -68,6 +68,8 @@ context = "{CONTEXT}"
 [recipe]
 # No Flatcar or NVIDIA servers here: the readiness gate has its own tests.
 check_inputs = false
+# One image per target here; with bases: test_the_base_is_built_first_then_the_kernel_image.
+bases = false
 """,
         encoding="utf-8",
     )
@@ -133,6 +135,62 @@ def test_a_cycle_launches_and_the_next_one_publishes(
     _, out, _ = run(capsys, "plan", "-q", "--config", str(config), "--format", "json")
     [target] = json.loads(out)
     assert (target["state"], target["digest"]) == ("published", digest)
+
+
+def test_the_base_is_built_first_then_the_kernel_image(
+    config: Path,
+    kube_api: FakeKubeApi,
+    plain_registry: RunningRegistry,
+    registry_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The settings' default: driver bases on (the shipped recipe has both Dockerfiles).
+    config.write_text(config.read_text().replace("bases = false\n", ""), encoding="utf-8")
+    code, out, err = run(capsys, "reconcile", "--once", "--dry-run", "-q", "--config", str(config))
+    assert code == 0, err
+    [manifest] = json.loads(out)  # the base's Job only: no kernel Job before its base
+    args = manifest["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--dockerfile=Dockerfile.base" in args
+    base = manifest["metadata"]["annotations"]["releasebot/tag"]
+    assert base.startswith("580.178.04-base-amd64-r")
+
+    code, out, err = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert code == 0, err
+    assert out.startswith(f"launched {base} [rb-")
+    player = KanikoPlayer(kube_api, plain_registry)
+    [base_job] = player.job_names()
+    base_digest = player.build(base_job)
+    code, out, err = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert code == 0, err
+    assert f"launched {TAG} [rb-" in out
+    [kernel_job] = [job for job in player.job_names() if job != base_job]
+    driver_base = player.build_arg(kernel_job, "DRIVER_BASE")
+    assert driver_base == f"{plain_registry.repository(registry_name)}@{base_digest}"
+    digest = player.build(kernel_job)
+    code, out, _ = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert f"published {TAG}: {digest}" in out
+    _, out, _ = run(capsys, "plan", "-q", "--config", str(config), "--format", "json")
+    [target] = json.loads(out)
+    assert (target["state"], target["digest"]) == ("published", digest)
+
+
+def test_a_base_job_the_api_server_refuses_is_said_and_exits_1(
+    config: Path, kube_api: FakeKubeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config.write_text(config.read_text().replace("bases = false\n", ""), encoding="utf-8")
+    kube_api.fail_requests(
+        None,
+        status=403,
+        reason="Forbidden",
+        message='jobs.batch is forbidden: User "x" cannot create resource "jobs"',
+        method="POST",
+        plural="jobs",
+    )
+    code, out, err = run(capsys, "reconcile", "--once", "-q", "--config", str(config))
+    assert code == 1
+    assert out.startswith("rejected 580.178.04-base-amd64-r")
+    assert "refused 1 Job(s)" in err
+    assert "Traceback" not in err
 
 
 def test_with_slack_off_no_notification_is_queued_and_old_ones_are_dropped(

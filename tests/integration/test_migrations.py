@@ -308,7 +308,7 @@ def test_0008_masks_what_older_releases_stored_in_clear(engine: Engine) -> None:
     # the downgrade unmasks nothing (it cannot), and changes no schema
     migrate.downgrade(engine, "0007")
     assert clear_secrets(engine) == []
-    assert tables_in(engine) == TABLES - {"store_revisions"} | {"alembic_version"}
+    assert tables_in(engine) == TABLES - {"store_revisions", "driver_bases"} | {"alembic_version"}
 
 
 def test_0009_adds_the_change_counters_and_its_downgrade_drops_them(engine: Engine) -> None:
@@ -317,4 +317,13 @@ def test_0009_adds_the_change_counters_and_its_downgrade_drops_them(engine: Engi
     migrate.upgrade(engine)
     assert "store_revisions" in tables_in(engine)
     migrate.downgrade(engine, "0008")
-    assert tables_in(engine) == TABLES - {"store_revisions"} | {"alembic_version"}
+    assert tables_in(engine) == TABLES - {"store_revisions", "driver_bases"} | {"alembic_version"}
+
+
+def test_0010_adds_the_driver_bases_and_its_downgrade_drops_them(engine: Engine) -> None:
+    migrate.upgrade(engine, "0009")
+    assert "driver_bases" not in tables_in(engine)
+    migrate.upgrade(engine)
+    assert "driver_bases" in tables_in(engine)
+    migrate.downgrade(engine, "0009")
+    assert tables_in(engine) == TABLES - {"driver_bases"} | {"alembic_version"}

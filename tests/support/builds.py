@@ -3,7 +3,10 @@
 ``KanikoPlayer`` does what Kaniko does inside a build Job, against the REAL registry and the
 fake Kubernetes API: it reads the Job's ``--destination``, pushes a real image for the
 Job's arch there, and marks the Job complete with the digest as termination message (or
-fails it the way a real cluster would).
+fails it the way a real cluster would). It plays both kinds of Job: a driver base's
+(``--dockerfile=…Dockerfile.base``) pushes a few small layers and a config with the
+labels; a per-release Job given ``DRIVER_BASE`` pushes an image whose manifest lists that
+base's layer blobs (read from the registry by the digest) plus one new kernel layer.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 from releasebot.builders.kaniko import DESTINATION_ANNOTATION
 from tests.support.kubeapi import FakeKubeApi
+from tests.support.layers import push_layered
 from tests.support.registryserver import RunningRegistry
 
 
@@ -83,10 +87,45 @@ class KanikoPlayer:
                 labels[key] = value
         return labels
 
+    def args(self, job_name: str) -> list[str]:
+        args: list[str] = self.api.job(job_name)["spec"]["template"]["spec"]["containers"][0][
+            "args"
+        ]
+        return args
+
+    def build_arg(self, job_name: str, name: str) -> str | None:
+        for arg in self.args(job_name):
+            key, _, value = arg.removeprefix("--build-arg=").partition("=")
+            if arg.startswith("--build-arg=") and key == name:
+                return value
+        return None
+
+    def is_base(self, job_name: str) -> bool:
+        """Whether the Job builds a driver base (``Dockerfile.base``)."""
+        return any(
+            arg.startswith("--dockerfile=") and arg.endswith("Dockerfile.base")
+            for arg in self.args(job_name)
+        )
+
     def push(self, job_name: str, labels: dict[str, str] | None = None) -> str:
         path, tag, arch = self.destination(job_name)
         labels = self.labels(job_name) if labels is None else labels
-        return self.registry.push_image(path, tag, arch=arch, labels=labels)
+        driver = self.build_arg(job_name, "DRIVER_VERSION") or "?"
+        if self.is_base(job_name):  # the runtime OS, the NVIDIA userspace, the firmware
+            layers = [
+                {"usr/lib/os-release": f"base os {arch}\n".encode()},
+                {f"usr/bin/nvidia-smi-{driver}": f"userspace {driver} {arch}\n".encode()},
+                {"lib/firmware/nvidia/gsp.bin": f"gsp {driver} {arch}\n".encode()},
+            ]
+            return push_layered(self.registry, path, tag, arch=arch, labels=labels, layers=layers)
+        base = self.build_arg(job_name, "DRIVER_BASE")
+        if base is None:  # a single-image recipe (bases off): one layer, as before
+            return self.registry.push_image(path, tag, arch=arch, labels=labels)
+        kernel = self.build_arg(job_name, "KERNEL_VERSION") or "?"
+        layer = {f"opt/nvidia-driver/{kernel}/nvidia.ko": f"{driver} {kernel} {arch}\n".encode()}
+        return push_layered(
+            self.registry, path, tag, arch=arch, labels=labels, layers=[layer], base=base
+        )
 
     def build(self, job_name: str) -> str:
         """Push the image and complete the Job with its digest; returns the digest."""

@@ -73,6 +73,7 @@ retries = 0
 context = "{CONTEXT}"
 [recipe]
 check_inputs = false
+bases = false
 {extra}
 """,
         encoding="utf-8",

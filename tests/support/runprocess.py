@@ -190,9 +190,11 @@ def write_config(
     keep: int = 1,
     branches: tuple[str, ...] = ("580",),
     leader_election: str = "kubernetes",
+    bases: bool = False,
 ) -> Path:
     """A complete settings file for a run against the test doubles (no identity: set
-    ``RELEASEBOT_RUN_IDENTITY`` per process)."""
+    ``RELEASEBOT_RUN_IDENTITY`` per process). ``bases`` off by default: these runs follow
+    one image per target (driver bases have their own tests, ``test_driver_bases.py``)."""
     quoted = ", ".join(f'"{c}"' for c in channels)
     branch_list = ", ".join(f'"{b}"' for b in branches)
     path.write_text(
@@ -217,6 +219,7 @@ context = "{CONTEXT}"
 [recipe]
 # No Flatcar or NVIDIA servers here: the readiness gate has its own tests.
 check_inputs = false
+bases = {"true" if bases else "false"}
 [run]
 interval_seconds = {interval}
 jitter_seconds = 0
