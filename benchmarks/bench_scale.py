@@ -177,7 +177,19 @@ def installed(venv: Path, *, dev: bool) -> Iterator[list[str]]:
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}
     started = time.perf_counter()
     subprocess.run(
-        [uv, "sync", "--frozen", "--no-dev", "--no-editable", "--compile-bytecode", "--quiet"],
+        [
+            uv,
+            "sync",
+            "--frozen",
+            "--no-dev",
+            "--no-editable",
+            "--compile-bytecode",
+            "--quiet",
+            "--reinstall-package",
+            "releasebot",
+            "--refresh-package",
+            "releasebot",
+        ],
         cwd=REPO,
         env=env,
         check=True,
