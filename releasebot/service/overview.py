@@ -91,6 +91,7 @@ class OverviewService:
         self._monotonic = monotonic
         self._kept: _Kept | None = None
         self._kept_lock = threading.Lock()
+        self._fresh_at = monotonic()
 
     def revisions(self) -> dict[str, int]:
         """The store's change counters (one small read)."""
@@ -109,7 +110,7 @@ class OverviewService:
         driver: str | None = None,
     ) -> Json:
         return overview.matrix_view(
-            self._store.targets(),
+            self._stored_targets(),
             self._store.fleet_nodes(),
             self._releases(),
             builds=self._store.builds(),
@@ -163,12 +164,30 @@ class OverviewService:
                 return tuple(r for r in kept.records if r.target.flatcar_version.text in versions)
         records = tuple(
             record
-            for record in self._store.targets()
+            for record in self._stored_targets()
             if record.target.flatcar_version.text in versions
         )
         with self._kept_lock:
             self._kept = _Kept(revision, versions, records, now)
         return records
+
+    def _stored_targets(self) -> list[TargetRecord]:
+        """The store's required targets, read afresh at least every ``recheck_after``.
+
+        The store keeps decoded rows under the ``targets`` counter (``store/targetcache.py``,
+        shared with the cycle in ``run``); an edit behind releasebot's back moves no counter,
+        so at the recheck the store is asked to forget them first, or a rebuilt answer would
+        be built from the same rows. At most once per ``recheck_after``, whatever the number
+        of answers or clients.
+        """
+        now = self._monotonic()
+        with self._kept_lock:
+            due = now - self._fresh_at >= self.recheck_after
+            if due:
+                self._fresh_at = now
+        if due:
+            self._store.forget()
+        return self._store.targets()
 
     def _releases(self) -> dict[str, FlatcarRelease]:
         releases: list[FlatcarRelease] = []
