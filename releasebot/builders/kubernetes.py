@@ -154,7 +154,13 @@ class KubernetesJobLauncher:
                     answers={409},
                 )
                 if login is not None:
-                    self._write_secret(name, _uid(created), login)
+                    try:
+                        self._write_secret(name, _uid(created), login)
+                    except ClusterRejectedError:
+                        # Refused for good (RBAC): the Job would wait for its volume until its
+                        # deadline. Take it back; the refusal is what the cycle reports.
+                        self.delete(name)
+                        raise
                 return True
             except Answered:
                 pass  # 409: it exists already (or a retried create did succeed): adopt it
@@ -218,12 +224,25 @@ class KubernetesJobLauncher:
     def _write_secret(self, job_name: str, job_uid: str, login: str) -> None:
         manifest = render_registry_secret(job_name, job_uid, self._options, login)
         secret = msgspec.convert(manifest, type=Secret)
-        with contextlib.suppress(Answered):  # 409: written before a crash; same owner
+        create = f"create secret {registry_secret_name(job_name)}"
+        try:
             self._call(
-                f"create secret {registry_secret_name(job_name)}",
+                create,
                 lambda: self._client.create(secret, namespace=self._namespace),
                 answers={409},
             )
+        except Answered:
+            # 409: a Secret of that name exists: written before a crash, or left by an
+            # earlier Job of the same name (its owner, so the garbage collector would take
+            # it away under the new Pod). The bot may not read Secrets: replace it, with
+            # the fresh login and this Job as its owner.
+            self._delete_secret(job_name)
+            with contextlib.suppress(Answered):  # 409 again: someone else wrote it just now
+                self._call(
+                    create,
+                    lambda: self._client.create(secret, namespace=self._namespace),
+                    answers={409},
+                )
 
     def _delete_secret(self, job_name: str) -> None:
         if not self._job_secrets:

@@ -107,7 +107,7 @@ def test_a_refused_identity_creates_nothing(
     assert kube_api.secrets() == []
 
 
-def test_an_adopted_job_gets_its_secret_and_a_refused_secret_is_one_line(
+def test_a_refused_secret_is_one_line_and_takes_its_job_back(
     launcher: KubernetesJobLauncher, kube_api: FakeKubeApi, build: BuildRequest
 ) -> None:
     kube_api.fail_requests(
@@ -124,10 +124,27 @@ def test_an_adopted_job_gets_its_secret_and_a_refused_secret_is_one_line(
     assert "\n" not in str(caught.value)
     assert LOGIN not in str(caught.value)
     assert kube_api.secrets() == []
-    assert launcher.launch(build) is False  # adopted
+    # No Job left waiting for a volume that will never come until its deadline.
+    assert [job["metadata"]["name"] for job in kube_api.jobs()] == []
+    assert launcher.launch(build) is True  # created again, with its Secret
     assert len(kube_api.secrets()) == 1
-    assert launcher.launch(build) is False  # and again: 409 on the Secret is fine
-    assert len(kube_api.secrets()) == 1
+    assert launcher.launch(build) is False  # adopted: the Secret (409) is written anew
+    [secret] = kube_api.secrets()
+    [job] = kube_api.jobs()
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+
+
+def test_a_secret_left_by_an_earlier_job_of_that_name_is_replaced(
+    launcher: KubernetesJobLauncher, kube_api: FakeKubeApi, build: BuildRequest
+) -> None:
+    launcher.launch(build)
+    [old] = kube_api.secrets()
+    kube_api.delete_job(build.job_name)  # the Job went, its Secret not yet (GC is late)
+    assert launcher.launch(build) is True
+    [secret] = kube_api.secrets()
+    [job] = kube_api.jobs()
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert old["metadata"]["ownerReferences"][0]["uid"] != job["metadata"]["uid"]
 
 
 def test_the_secret_goes_when_the_job_ends_or_is_deleted(
