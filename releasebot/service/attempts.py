@@ -59,7 +59,7 @@ from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Regis
 from releasebot.domain.readiness import Readiness
 from releasebot.domain.versions import Arch
 from releasebot.service.bases import DriverBases
-from releasebot.service.report import CycleReport
+from releasebot.service.report import CycleReport, delete_quietly
 
 log = logging.getLogger("releasebot.reconcile")
 
@@ -261,7 +261,7 @@ class Attempts:
         else:
             done = outcome
             if abandons_job(done):  # the Pod would wait for ever
-                self._delete_quietly(build.job_name, report)
+                delete_quietly(self._launcher, build.job_name, report)
         self._store.save(builds=[done])
         action = (
             Action.BUILD_SUCCEEDED if done.state is BuildState.SUCCEEDED else Action.BUILD_FAILED
@@ -337,12 +337,6 @@ class Attempts:
         events = [] if change.event is None else [change.event]
         self._store.save(targets=[change.record], events=events)
         report.add(change.decision)
-
-    def _delete_quietly(self, job: str, report: CycleReport) -> None:
-        try:
-            self._launcher.delete(job)
-        except ReleasebotError as error:
-            report.errors.append(str(error))
 
 
 class _StoredTargets:

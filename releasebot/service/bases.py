@@ -46,7 +46,7 @@ from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.models import Target, TargetRecord
 from releasebot.domain.ports import Attestor, JobLauncher, Registry, StateStore
 from releasebot.domain.versions import Arch
-from releasebot.service.report import CycleReport
+from releasebot.service.report import CycleReport, delete_quietly
 
 log = logging.getLogger("releasebot.reconcile")
 
@@ -263,7 +263,7 @@ class DriverBases:
             return
         if not isinstance(outcome, Pushed):
             if abandons_job(outcome):
-                self._delete_quietly(record.job_name, report)
+                delete_quietly(self._launcher, record.job_name, report)
             self._apply(rules_.base_failed(record, outcome, now=now, rules=self._lifecycle), report)
             return
         try:
@@ -305,12 +305,6 @@ class DriverBases:
         events = [] if change.event is None else [change.event]
         self._store.save_bases(bases=[change.record], events=events)
         report.add(change.decision)
-
-    def _delete_quietly(self, job: str, report: CycleReport) -> None:
-        try:
-            self._launcher.delete(job)
-        except ReleasebotError as error:
-            report.errors.append(str(error))
 
 
 def driver_bases(

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from releasebot.domain.decisions import Action, Decision
+from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.models import TargetRecord
+from releasebot.domain.ports import JobLauncher
 from releasebot.service.fleet import FleetOutcome
 from releasebot.service.plan import PlanResult
 
@@ -56,3 +58,12 @@ class CycleReport:
             f": {decision.detail}" if decision.detail else "",
             extra={"action": decision.action.value, "tag": decision.tag, "job": job},
         )
+
+
+def delete_quietly(launcher: JobLauncher, job: str, report: CycleReport) -> None:
+    """Delete the Job ``job`` is done with; a failure is the report's error, not the
+    cycle's end (the next cycle deletes it again)."""
+    try:
+        launcher.delete(job)
+    except ReleasebotError as error:
+        report.errors.append(str(error))
