@@ -25,7 +25,7 @@ from releasebot.domain.ports import StoredManifest
 from releasebot.domain.references import is_sha256_digest
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, sha256_digest
-from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswer
+from releasebot.registry.oras import OrasRegistry, RegistryAnswer
 
 MAX_ATTACHMENT_BYTES = 4 * 1024 * 1024
 """Largest blob pushed or read here (the adapter's own read limit): an SBOM or a DSSE
@@ -66,7 +66,7 @@ class OrasArtifacts:
 
     def blob(self, digest: str) -> bytes | None:
         if not is_sha256_digest(digest):
-            raise RegistryError(f"registry {self._host}: not a blob digest: {_trim(digest)!r}")
+            raise RegistryError(f"registry {self._host}: not a blob digest: {one_line(digest)!r}")
         answer = self._registry.request("GET", f"blobs/{digest}", {})
         if answer.status == 404:
             return None
@@ -108,14 +108,14 @@ class OrasArtifacts:
         answered = answer.headers.get("Docker-Content-Digest")
         if answered is not None and answered != sha256_digest(body):
             raise RegistryError(
-                f"registry {self._host}: stored {reference} as {_trim(answered)}, "
+                f"registry {self._host}: stored {reference} as {one_line(answered)}, "
                 "not the bytes sent"
             )
         return bool(answer.headers.get("OCI-Subject"))
 
     def referrers(self, digest: str) -> bytes | None:
         if not is_sha256_digest(digest):
-            raise RegistryError(f"registry {self._host}: not a digest: {_trim(digest)!r}")
+            raise RegistryError(f"registry {self._host}: not a digest: {one_line(digest)!r}")
         answer = self._registry.request("GET", f"referrers/{digest}", {"Accept": OCI_INDEX})
         if answer.status in (404, 405):
             return None
@@ -129,15 +129,10 @@ class OrasArtifacts:
     def _expect(self, answer: RegistryAnswer, what: str) -> None:
         if 200 <= answer.status < 300:
             return
-        reason = _trim(answer.reason)
+        reason = one_line(answer.reason)
         if answer.status in (401, 403):
             raise RegistryAuthError(
                 f"registry {self._host}: {what}: {answer.status} {reason} — the "
                 "account needs push rights on the repository to attach signatures"
             )
         raise RegistryError(f"registry {self._host}: {what}: {answer.status} {reason}")
-
-
-def _trim(value: object) -> str:
-    """Registry text (a reason phrase, a header) as one printable, bounded line."""
-    return one_line(value, MAX_ERROR_TEXT)

@@ -70,17 +70,17 @@ def azure_fetcher(registry_url: str, verify: bool | str, timeout: timedelta) -> 
             return credential.get_token(SCOPE).token, os.environ.get("AZURE_TENANT_ID", "")
         except ValueError as error:  # the webhook's variables are missing
             raise RegistryAuthError(
-                f"azure: no workload identity: {_trim(error)}; label releasebot's pod "
+                f"azure: no workload identity: {one_line(error)}; label releasebot's pod "
                 "azure.workload.identity/use=true and annotate its service account with "
                 "the client ID (see docs/operations.md)"
             ) from None
         except CredentialUnavailableError as error:
-            raise RegistryAuthError(f"azure: no workload identity: {_trim(error)}") from None
+            raise RegistryAuthError(f"azure: no workload identity: {one_line(error)}") from None
         except ClientAuthenticationError as error:
             raise _denied(error) from None
         except ServiceRequestError as error:
             raise RegistryUnavailableError(
-                f"azure: Microsoft Entra ID is unreachable: {_trim(error)}"
+                f"azure: Microsoft Entra ID is unreachable: {one_line(error)}"
             ) from None
 
     def fetch() -> Token:
@@ -150,7 +150,7 @@ def _expiry(body: bytes) -> datetime:
 
 
 def _denied(error: Exception) -> RegistryAuthError:
-    said = _trim(getattr(error, "message", None) or error)
+    said = one_line(getattr(error, "message", None) or error)
     if "AADSTS700024" in said or "expired" in said.lower():
         return RegistryAuthError(
             f"azure: Entra ID refused the federated token as expired ({said}): check the "
@@ -160,7 +160,3 @@ def _denied(error: Exception) -> RegistryAuthError:
         f"azure: Entra ID denied the workload identity ({said}): create the federated "
         "credential for releasebot's service account (issuer, subject); see docs/operations.md"
     )
-
-
-def _trim(value: object) -> str:
-    return one_line(value, 160)

@@ -98,10 +98,12 @@ def ecr_fetcher(host: str, region: str, timeout: timedelta) -> TokenFetcher:
         ) as error:
             raise RegistryUnavailableError(
                 f"ecr: the AWS endpoint is unreachable: {one_line(type(error).__name__)} "
-                f"({_trim(error)})"
+                f"({one_line(error)})"
             ) from None
         except botocore.exceptions.BotoCoreError as error:  # credential endpoints, config
-            raise RegistryAuthError(f"ecr: cannot obtain AWS credentials: {_trim(error)}") from None
+            raise RegistryAuthError(
+                f"ecr: cannot obtain AWS credentials: {one_line(error)}"
+            ) from None
         return parse_authorization(answer)
 
     return fetch
@@ -135,7 +137,7 @@ def parse_authorization(answer: Any) -> Token:
 def _client_error(response: Any, operation: str) -> RegistryAuthError | RegistryUnavailableError:
     error = response.get("Error", {}) if isinstance(response, dict) else {}
     code = one_line(error.get("Code", ""), 60) if isinstance(error, dict) else ""
-    message = _trim(error.get("Message", "")) if isinstance(error, dict) else ""
+    message = one_line(error.get("Message", "")) if isinstance(error, dict) else ""
     said = f"{operation}: {code} {message}".strip()
     if code in _EXPIRED or "expired" in message.lower() or "signature" in message.lower():
         return RegistryAuthError(
@@ -152,7 +154,3 @@ def _client_error(response: Any, operation: str) -> RegistryAuthError | Registry
     if code in ("ThrottlingException", "ServiceUnavailable", "InternalFailure"):
         return RegistryUnavailableError(f"ecr: AWS could not answer now ({said})")
     return RegistryAuthError(f"ecr: AWS refused it ({said})")
-
-
-def _trim(value: object) -> str:
-    return one_line(value, 160)

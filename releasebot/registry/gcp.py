@@ -67,12 +67,14 @@ def gcp_fetcher(timeout: timedelta) -> TokenFetcher:
             ) from None
         except google.auth.exceptions.TransportError as error:
             raise RegistryUnavailableError(
-                f"gcp: the metadata server could not be reached or read: {_trim(error)}"
+                f"gcp: the metadata server could not be reached or read: {one_line(error)}"
             ) from None
         except google.auth.exceptions.RefreshError as error:
             raise _refused(error) from None
         except google.auth.exceptions.GoogleAuthError as error:
-            raise RegistryAuthError(f"gcp: cannot obtain an access token: {_trim(error)}") from None
+            raise RegistryAuthError(
+                f"gcp: cannot obtain an access token: {one_line(error)}"
+            ) from None
         except (KeyError, TypeError, ValueError, OverflowError):  # a malformed token answer
             raise RegistryAuthError("gcp: the token answer is malformed") from None
         if not isinstance(token, str) or not isinstance(expiry, datetime):
@@ -85,7 +87,7 @@ def gcp_fetcher(timeout: timedelta) -> TokenFetcher:
 
 
 def _refused(error: Exception) -> RegistryAuthError:
-    said = _trim(error)
+    said = one_line(error)
     if "expired" in said.lower() or "clock" in said.lower():
         return RegistryAuthError(
             f"gcp: the token was refused as expired ({said}): check the node's clock"
@@ -95,7 +97,3 @@ def _refused(error: Exception) -> RegistryAuthError:
         "service account to a Google service account (roles/iam.workloadIdentityUser) "
         "that has Artifact Registry Writer; see docs/operations.md"
     )
-
-
-def _trim(value: object) -> str:
-    return one_line(value, 160)

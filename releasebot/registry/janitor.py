@@ -33,7 +33,7 @@ from releasebot.domain.references import is_sha256_digest
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX
-from releasebot.registry.oras import MAX_ERROR_TEXT, OrasRegistry, RegistryAnswer
+from releasebot.registry.oras import OrasRegistry, RegistryAnswer
 
 MAX_LISTED = 256
 """Manifests read from one index or referrers answer: releasebot attaches a handful."""
@@ -124,14 +124,14 @@ class OrasJanitor:
         code = _error_code(answer)
         if answer.status == 405 or code == "UNSUPPORTED":
             raise DeleteRefusedError(
-                f"registry {self._host} refuses deletes ({answer.status} {_trim(answer.reason)}"
+                f"registry {self._host} refuses deletes ({answer.status} {one_line(answer.reason)}"
                 f"{' ' + code if code else ''}): allow deletes in the registry (distribution: "
                 "storage.delete.enabled) or turn retention off"
             )
         if answer.status == 404:
             return False
         raise RegistryError(
-            f"registry {self._host}: delete {digest}: {answer.status} {_trim(answer.reason)}"
+            f"registry {self._host}: delete {digest}: {answer.status} {one_line(answer.reason)}"
         )
 
     # -- reading what belongs to a digest ------------------------------------------------
@@ -193,25 +193,26 @@ class OrasJanitor:
             digest = entry.get("digest") if isinstance(entry, dict) else None
             if not (isinstance(digest, str) and is_sha256_digest(digest)):
                 raise RegistryError(
-                    f"registry {self._host}: {what}: lists {_trim(digest)!r}, not a sha256 digest"
+                    f"registry {self._host}: {what}: lists {one_line(digest)!r}, "
+                    "not a sha256 digest"
                 )
             found.append(digest)
         return found
 
     def _check(self, digest: str) -> None:
         if not is_sha256_digest(digest):
-            raise RegistryError(f"registry {self._host}: not a digest: {_trim(digest)!r}")
+            raise RegistryError(f"registry {self._host}: not a digest: {one_line(digest)!r}")
 
     def _expect(self, answer: RegistryAnswer, what: str) -> None:
         if 200 <= answer.status < 300:
             return
         if answer.status in (401, 403):
             raise RegistryAuthError(
-                f"registry {self._host}: {what}: {answer.status} {_trim(answer.reason)} — "
+                f"registry {self._host}: {what}: {answer.status} {one_line(answer.reason)} — "
                 "check the credentials"
             )
         raise RegistryError(
-            f"registry {self._host}: {what}: {answer.status} {_trim(answer.reason)}"
+            f"registry {self._host}: {what}: {answer.status} {one_line(answer.reason)}"
         )
 
 
@@ -220,8 +221,4 @@ def _error_code(answer: RegistryAnswer) -> str:
         code = decode_json(answer.body, _ERROR_LIMITS)["errors"][0]["code"]  # type: ignore[index]
     except (JsonRefusedError, TypeError, KeyError, IndexError):
         return ""
-    return _trim(code) if isinstance(code, str) else ""
-
-
-def _trim(value: object) -> str:
-    return one_line(value, MAX_ERROR_TEXT)
+    return one_line(code) if isinstance(code, str) else ""

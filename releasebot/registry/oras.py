@@ -92,8 +92,6 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 """Largest manifest, config blob, tag page or token answer read: distribution's own manifest
 limit. Anything bigger is not what releasebot asked for."""
 
-MAX_ERROR_TEXT = 200
-"""Longest piece of registry or library text quoted in an error message."""
 
 MAX_PAGES = 10_000
 """Tag pages followed at most (10 million tags at the default page size): a registry whose
@@ -236,7 +234,7 @@ class OrasRegistry:
             return None if manifest is None else sha256_digest(manifest.body)
         if not is_sha256_digest(digest):
             raise RegistryError(
-                f"registry {self._host}: manifest {tag} has an odd digest {_trim(digest)!r}"
+                f"registry {self._host}: manifest {tag} has an odd digest {one_line(digest)!r}"
             )
         return digest
 
@@ -305,12 +303,12 @@ class OrasRegistry:
             if manifest.media_type not in IMAGE_TYPES or sha256_digest(manifest.body) != digest:
                 raise RegistryError(
                     f"registry {self._host}: {digest} is not the {arch} image manifest "
-                    f"({_trim(manifest.media_type)})"
+                    f"({one_line(manifest.media_type)})"
                 )
             built_for, labels = self._config(digest, manifest)
             if built_for != arch.value:
                 raise RegistryError(
-                    f"registry {self._host}: {digest} is an image for {_trim(built_for)!r}, "
+                    f"registry {self._host}: {digest} is an image for {one_line(built_for)!r}, "
                     f"not {arch}"
                 )
             entries.append(IndexEntry(arch, digest, manifest.media_type, len(manifest.body)))
@@ -322,7 +320,7 @@ class OrasRegistry:
         answered = answer.headers.get("Docker-Content-Digest")
         if answered is not None and answered != expected:
             raise RegistryError(
-                f"registry {self._host}: stored index {tag} as {_trim(answered)}, "
+                f"registry {self._host}: stored index {tag} as {one_line(answered)}, "
                 f"but the bytes sent hash to {expected}"
             )
         return expected
@@ -349,7 +347,7 @@ class OrasRegistry:
         here, there = urlsplit(self._base), urlsplit(url)
         if (here.scheme, here.netloc) != (there.scheme, there.netloc):
             raise RegistryError(
-                f"registry {self._host}: refusing to send credentials to {_trim(there.netloc)}"
+                f"registry {self._host}: refusing to send credentials to {one_line(there.netloc)}"
             )
         path = there.path
         segments = path.split("/")
@@ -395,7 +393,7 @@ class OrasRegistry:
         if not isinstance(digest, str) or not is_sha256_digest(digest):
             raise RegistryError(
                 f"registry {self._host}: manifest {reference} names no config blob "
-                f"({_trim(manifest.media_type)})"
+                f"({one_line(manifest.media_type)})"
             )
         answer = self._call("GET", f"{self._base}/blobs/{digest}", {})
         if answer.status == 404:
@@ -421,7 +419,7 @@ class OrasRegistry:
                     # Following it would hand our credentials to another host.
                     raise RegistryError(
                         f"registry {self._host}: tag list links to another host "
-                        f"({_trim(there.netloc)})"
+                        f"({one_line(there.netloc)})"
                     )
                 if there.path != here.path:  # another repository's tags, or no tag list
                     raise RegistryError(
@@ -529,7 +527,7 @@ class OrasRegistry:
         """A token from the registry's token service (basic credentials if any, else anon)."""
         parts = urlsplit(realm)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise RegistryError(f"registry {self._host}: odd token realm {_trim(realm)!r}")
+            raise RegistryError(f"registry {self._host}: odd token realm {one_line(realm)!r}")
         params = {key: value for key, value in (("service", service), ("scope", scope)) if value}
         prepared = requests.Request("GET", realm, params=params).prepare()
         headers = {"Accept": "application/json"}
@@ -551,7 +549,9 @@ class OrasRegistry:
         return token
 
     def _auth_failed(self, status: int, reason: str) -> NoReturn:
-        raise RegistryAuthError(f"registry {self._host}: {status} {_trim(reason)} — {self._hint()}")
+        raise RegistryAuthError(
+            f"registry {self._host}: {status} {one_line(reason)} — {self._hint()}"
+        )
 
     def _hint(self) -> str:
         kind = self._credentials.kind
@@ -606,9 +606,9 @@ class OrasRegistry:
         ) as exc:
             raise TransientFailure(f"unreachable: {_os_reason(exc)}") from exc
         except requests.exceptions.RequestException as exc:
-            raise RegistryError(f"registry {self._host}: request failed: {_trim(exc)}") from exc
+            raise RegistryError(f"registry {self._host}: request failed: {one_line(exc)}") from exc
         except OSError as exc:  # requests raises a bare OSError for an unreadable CA file
-            raise RegistryError(f"registry {self._host}: {_trim(exc)}") from exc
+            raise RegistryError(f"registry {self._host}: {one_line(exc)}") from exc
 
     def _read(self, response: requests.Response) -> bytes:
         chunks: list[bytes] = []
@@ -687,7 +687,7 @@ def _first_error(answer: RegistryAnswer) -> tuple[str, str]:
 def _error_detail(answer: RegistryAnswer) -> str:
     """``: CODE message`` from the registry's error body, trimmed; '' when there is none."""
     code, message = _first_error(answer)
-    return f": {_trim(code)} {_trim(message)}".rstrip() if code or message else ""
+    return f": {one_line(code)} {one_line(message)}".rstrip() if code or message else ""
 
 
 def _is_unknown_name(answer: RegistryAnswer) -> bool:
@@ -734,7 +734,7 @@ def _string_map(host: str, value: object, what: str) -> dict[str, str]:
 
 def _tls_problem(host: str, exc: Exception) -> str:
     found = _SSL_REASON.search(str(exc))
-    reason = _trim(found.group(0).strip() if found else type(exc).__name__)
+    reason = one_line(found.group(0).strip() if found else type(exc).__name__)
     if "CERTIFICATE_VERIFY_FAILED" in reason:
         hint = "set the registry's CA file, or turn TLS verification off"
     elif "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER" in reason:
@@ -746,8 +746,4 @@ def _tls_problem(host: str, exc: Exception) -> str:
 
 def _os_reason(exc: Exception) -> str:
     found = _OS_REASON.search(str(exc))
-    return _trim(found.group(0).strip() if found else type(exc).__name__)
-
-
-def _trim(value: object) -> str:
-    return one_line(value, MAX_ERROR_TEXT)
+    return one_line(found.group(0).strip() if found else type(exc).__name__)

@@ -55,8 +55,6 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Largest body accepted. The biggest real feed (beta) is ~1.1 MB; 64 MiB leaves decades of
 growth while stopping a runaway or decompression-bomb response from filling memory."""
 
-MAX_ERROR_TEXT = 200
-"""Longest piece of third-party text (an exception message, a reason phrase) in an error."""
 
 MAX_REDIRECTS = 5
 """Redirect hops ``make_http_client`` follows (the fetcher follows its own, by
@@ -80,7 +78,7 @@ def make_http_client(
     would fail every request with ``UnicodeEncodeError``) or a CA bundle it cannot load.
     """
     if not (user_agent.isascii() and user_agent.isprintable()):
-        raise ValueError(f"user agent must be printable ASCII, got {_trim(repr(user_agent))}")
+        raise ValueError(f"user agent must be printable ASCII, got {one_line(repr(user_agent))}")
     # httpx 0.28 deprecates a path in ``verify``; an SSL context is the supported spelling.
     tls: bool | ssl.SSLContext = verify if isinstance(verify, bool) else _ca_context(verify)
     return httpx.Client(
@@ -98,11 +96,12 @@ def _ca_context(cafile: str) -> ssl.SSLContext:
     except ssl.SSLError as exc:
         # e.g. "[X509: NO_CERTIFICATE_OR_CRL_FOUND] no certificate or crl found (_ssl.c:4154)"
         raise ValueError(
-            f"cannot load CA bundle {_trim(repr(cafile))}: {_trim(exc)} (is it PEM certificates?)"
+            f"cannot load CA bundle {one_line(repr(cafile))}: {one_line(exc)} "
+            "(is it PEM certificates?)"
         ) from exc
     except OSError as exc:
         raise ValueError(
-            f"cannot load CA bundle {_trim(repr(cafile))}: {exc.strerror or _trim(exc)}"
+            f"cannot load CA bundle {one_line(repr(cafile))}: {exc.strerror or one_line(exc)}"
         ) from exc
 
 
@@ -150,7 +149,7 @@ class HttpFeedFetcher:
             return self._read_file(feed, parts, old)
         if scheme not in ("http", "https"):
             raise FeedRejectedError(
-                feed, f"unsupported URL scheme {_trim(repr(scheme))} in {_safe(url)}"
+                feed, f"unsupported URL scheme {one_line(repr(scheme))} in {_safe(url)}"
             )
         if self._halt is not None:
             self._halt.check()
@@ -239,27 +238,27 @@ class HttpFeedFetcher:
             ) from exc
         except httpx.RemoteProtocolError as exc:
             if "location header" not in str(exc).lower():
-                raise FeedUnavailableError(feed, f"connection failed: {_trim(exc)}") from exc
+                raise FeedUnavailableError(feed, f"connection failed: {one_line(exc)}") from exc
             # httpx reads every Location, even of a redirect it does not follow
             raise FeedRejectedError(
                 feed, f"refused a redirect to a Location that is not a URL from {_safe(url)}"
             ) from None
         except (httpx.ConnectError, httpx.ProxyError) as exc:
-            raise FeedUnavailableError(feed, f"unreachable: {_safe(url)}: {_trim(exc)}") from exc
+            raise FeedUnavailableError(feed, f"unreachable: {_safe(url)}: {one_line(exc)}") from exc
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise FeedRejectedError(feed, f"invalid URL {_safe(url)}: {_trim(exc)}") from exc
+            raise FeedRejectedError(feed, f"invalid URL {_safe(url)}: {one_line(exc)}") from exc
         except httpx.LocalProtocolError as exc:
-            raise FeedRejectedError(feed, f"could not send the request: {_trim(exc)}") from exc
+            raise FeedRejectedError(feed, f"could not send the request: {one_line(exc)}") from exc
         except httpx.DecodingError as exc:
-            raise FeedFormatError(feed, f"could not decode the body: {_trim(exc)}") from exc
+            raise FeedFormatError(feed, f"could not decode the body: {one_line(exc)}") from exc
         except (httpx.HTTPError, httpx.StreamError, OSError) as exc:
             # Dropped connections, a body cut short of its Content-Length, protocol noise.
-            raise FeedUnavailableError(feed, f"connection failed: {_trim(exc)}") from exc
+            raise FeedUnavailableError(feed, f"connection failed: {one_line(exc)}") from exc
         except ValueError as exc:
             # Raised while building the request, not wrapped by httpx: a host the IDNA codec
             # refuses ("a..b", a 300-character label, "xn--a"). UnicodeError is a ValueError.
             raise FeedRejectedError(
-                feed, f"cannot send a request to {_safe(url)}: {_trim(exc)}"
+                feed, f"cannot send a request to {_safe(url)}: {one_line(exc)}"
             ) from exc
 
     def _stream(
@@ -353,7 +352,7 @@ class HttpFeedFetcher:
 
 def _check_body(feed: str, body: bytes, content_type: str) -> None:
     if "html" in content_type.lower() or looks_like_html(body):
-        shown = f" (Content-Type {_trim(content_type)})" if content_type else ""
+        shown = f" (Content-Type {one_line(content_type)})" if content_type else ""
         raise FeedFormatError(
             feed, f"returned HTML, not JSON{shown} — an error or login page, or the wrong URL?"
         )
@@ -390,8 +389,4 @@ def _escaped(value: object) -> str:
     """A configured URL or path for a message: control characters shown escaped
     (``\\x00``), not dropped, so the value shown is the value that was given."""
     text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(value)[:800])
-    return _trim(text)
-
-
-def _trim(value: object) -> str:
-    return one_line(value, MAX_ERROR_TEXT)
+    return one_line(text)
