@@ -58,9 +58,10 @@ def test_what_the_store_writes_is_read_back_after_a_kept_read(store: StateStore)
     }
 
 
-def test_another_store_on_the_same_database_is_seen(backend: Backend) -> None:
-    if backend.engine is None:
-        pytest.skip("the memory store is one process's own state")
+def test_another_store_on_the_same_database_is_seen(sql_backend: Backend) -> None:
+    """SQL only: the memory store is one process's own state."""
+    backend = sql_backend
+    assert backend.engine is not None
     mine = backend.store
     theirs = SqlStateStore(backend.engine)  # another process, another replica
     [record] = mine.sync_targets(targets(1), T0)
