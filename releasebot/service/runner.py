@@ -120,6 +120,10 @@ class RunnerOptions:
     retention_retry_after: timedelta = timedelta(hours=1)
     """How long after a failed retention run the next is tried (not at the next check:
     a registry or store that is down would otherwise be hit 144 times a day)."""
+    full_pass: timedelta = timedelta(hours=1)
+    """``run.full_pass_seconds``: a follower counts the targets for its gauges from a fresh
+    read this often (the leader's cycle does its own full pass), so an edit behind
+    releasebot's back shows on every replica within it."""
     retention_check_every: timedelta = timedelta(minutes=10)
     """How often the leader checks whether retention is due; the first check comes this
     long after the start, once the first cycle has read the feeds and the fleet; the
@@ -198,6 +202,7 @@ class Runner:
         self._owed_lock = threading.Lock()
         self._owed = False  # a round found the guard taken: run one when it is given back
         self._given_back = 0  # how often this process's cycle or retention gave it back
+        self._follower_read_at: float | None = None  # a follower's last full read (gauges)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -299,8 +304,15 @@ class Runner:
             # Followers export the store's gauges too, so no replica reports a stale 0; the
             # fleet's they drop, as only the leader judges it.
             self._metrics.forget_fleet()
+            now = self._monotonic()
+            last = self._follower_read_at
+            full = last is None or now - last >= self.options.full_pass.total_seconds()
             try:
-                self._metrics.observe_store(self._store)
+                if full:
+                    self._store.forget()  # the kept rows may hide an edit behind our back
+                self._metrics.observe_store(self._store, full=full)
+                if full:
+                    self._follower_read_at = now
             except ReleasebotError as error:
                 log.warning("could not read the store for metrics: %s", error)
             return "follower"

@@ -69,7 +69,11 @@ def runner_options(settings: Settings) -> RunnerOptions:
     """The scheduler's timing: ``[run]``'s interval, jitter and lease, the guard's ttl."""
     run = settings.run
     return RunnerOptions(
-        interval=run.interval, jitter=run.jitter, lease=run.lease, guard_ttl=GUARD_TTL
+        interval=run.interval,
+        jitter=run.jitter,
+        lease=run.lease,
+        guard_ttl=GUARD_TTL,
+        full_pass=run.full_pass,
     )
 
 

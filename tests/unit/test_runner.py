@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from releasebot.domain.errors import StoreUnavailableError
+from releasebot.domain.ports import StateStore
 from releasebot.leader.memory import MemoryElector, MemoryLease
 from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.reconcile import CycleReport
@@ -28,6 +29,7 @@ from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.lock import CycleGuard
 from releasebot.store.memory import MemoryStateStore
+from releasebot.store.sql import SqlStateStore
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 OPTIONS = RunnerOptions(
@@ -81,7 +83,7 @@ def replica(guard_engine: Engine) -> Callable[..., Replica]:
         retention: Callable[[], object] | None = None,
         options: RunnerOptions = OPTIONS,
         guard: CycleGuard | None = None,
-        store: MemoryStateStore | None = None,
+        store: StateStore | None = None,
     ) -> Replica:
         clock, now = [0.0], [T0]
         events: list[str] = []
@@ -374,3 +376,28 @@ def test_without_retention_there_is_no_retention_job(replica: Callable[..., Repl
         finally:
             runner.stop(timedelta(seconds=5))
         assert jobs - {"lead", "follow", "cycle", "deliver"} == expected
+
+
+def test_a_follower_sees_an_edit_behind_releasebots_back_within_a_full_pass(
+    replica: Callable[..., Replica], guard_engine: Engine
+) -> None:
+    from tests.contract.test_store_contract import driver, flatcar, plan
+
+    store = SqlStateStore(guard_engine)
+    store.sync_targets([plan(driver(), flatcar())], T0)
+    # Shorter than the lease, so the leader need not renew while the follower's clock runs.
+    options = replace(OPTIONS, full_pass=timedelta(seconds=20))
+    leader = replica("a", options=options)
+    follower = replica("b", options=options, store=store)
+    assert leader.runner.tick() == "completed"
+    assert follower.runner.tick() == "follower"
+    assert follower.metric("releasebot_targets", state="unknown") == 1
+    with guard_engine.begin() as conn:  # raw SQL: no counter moves
+        conn.execute(text("UPDATE targets SET state = 'failed'"))
+    follower.advance(19)
+    assert follower.runner.tick() == "follower"
+    assert follower.metric("releasebot_targets", state="unknown") == 1  # kept rows
+    follower.advance(1)
+    assert follower.runner.tick() == "follower"
+    assert follower.metric("releasebot_targets", state="failed") == 1
+    assert follower.metric("releasebot_targets", state="unknown") == 0
