@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from bench_reconcile import RELEASES, flatcar_feed  # noqa: E402
 from bench_run import Watcher  # noqa: E402
 
 from releasebot.registry import OCI_MANIFEST  # noqa: E402
@@ -72,7 +73,6 @@ from tests.support.runprocess import (  # noqa: E402
     write_config,
 )
 
-RELEASES = 100
 DRIVERS = 100
 BRANCHES = ("580", "570", "560")
 SHAPES = {1000: (("580",), 10), 10000: (("580",), 100), 30000: (BRANCHES, 100)}
@@ -80,20 +80,6 @@ SHAPES = {1000: (("580",), 10), 10000: (("580",), 100), 30000: (BRANCHES, 100)}
 STEADY_CYCLES = 3
 PAGE_REQUESTS = 6
 PAGE_PATHS = ("/", "/api/targets")
-
-
-def flatcar_feed() -> bytes:
-    entries = {
-        f"5000.2.{n}": {
-            "channel": "stable",
-            "architectures": ["amd64"],
-            "release_date": "2026-08-13 15:48:35 +0000",
-            "major_software": {"kernel": [f"6.12.{n}"]},
-            "release_notes": "synthetic",
-        }
-        for n in range(RELEASES)
-    }
-    return json.dumps(entries).encode()
 
 
 def nvidia_feed() -> bytes:
