@@ -490,12 +490,15 @@ def _kaniko_args(request: JobRequest, options: KanikoOptions, destination: str) 
         f"--digest-file={TERMINATION_LOG}",
         "--compressed-caching=false",  # compressing layers in memory is what OOM-kills builds
     ]
+    # The push flags cover the destination only; a per-release image is also PULLED from
+    # the same registry (``FROM`` its driver base), so the registry's own flags go too. The
+    # CA file is per host already, for pulls and pushes alike.
+    host = options.registry_repository.split("/", 1)[0]
     if options.insecure_registry:
-        args.append("--insecure")
+        args += ["--insecure", f"--insecure-registry={host}"]
     if options.skip_tls_verify:
-        args.append("--skip-tls-verify")
+        args += ["--skip-tls-verify", f"--skip-tls-verify-registry={host}"]
     if options.registry_ca_configmap is not None:
-        host = options.registry_repository.split("/", 1)[0]
         args.append(f"--registry-certificate={host}={REGISTRY_CA_DIR}/ca.crt")
     return args
 

@@ -276,10 +276,14 @@ def test_git_context_without_sub_path_sends_none() -> None:
 
 def test_insecure_registry_flags_only_when_configured(job: dict[str, Any]) -> None:
     assert not any("insecure" in arg or "skip-tls" in arg for arg in args(job))
+    host = options().registry_repository.split("/", 1)[0]
+    # The destination (push) and the same registry for pulls: a driver base is pulled there.
     rendered = render_job(build_request(target(), Arch.AMD64, 1), options(insecure_registry=True))
-    assert args(rendered)[-1:] == ["--insecure"]  # plain HTTP only: certificates stay checked
+    # plain HTTP only: certificates stay checked
+    assert args(rendered)[-2:] == ["--insecure", f"--insecure-registry={host}"]
     rendered = render_job(build_request(target(), Arch.AMD64, 1), options(skip_tls_verify=True))
-    assert args(rendered)[-1:] == ["--skip-tls-verify"]
+    assert args(rendered)[-2:] == ["--skip-tls-verify", f"--skip-tls-verify-registry={host}"]
+    assert not any(arg.startswith("--insecure") for arg in args(rendered))
 
 
 def test_a_private_registry_ca_is_mounted_and_named_to_kaniko() -> None:
