@@ -9,7 +9,7 @@ means, its unit and why its default is what it is are written once, beside the f
 the file cannot drift from the defaults the code uses.
 
 Python keeps no docstring of a class attribute at run time (``__doc__`` of a dataclass is
-even filled in with its signature), so they are read with ``ast`` from the class's source:
+even filled in with its signature), so they are read with ``ast`` from the module's source:
 the string literal right under a field is its docstring, as Sphinx reads kopf's settings.
 Deliberately not here: the rules and the loading (``config.rules``, ``config.load``).
 """
@@ -20,7 +20,7 @@ import ast
 import inspect
 import itertools
 import math
-import textwrap
+import sys
 from dataclasses import Field, fields
 from datetime import timedelta
 from typing import Any
@@ -33,21 +33,29 @@ HEADER = (
     "releasebot/config/sections.py: edit those, not this file."
 )
 
+_Trees = dict[str, ast.Module]
+"""Each module's source, parsed once per rendering (``inspect.getsource`` of a class would
+parse its whole module again for every class)."""
+
+_SCOPES = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
 
 def render_example() -> str:
     """The whole example file: the header, then every section of ``SECTIONS`` in order."""
-    parts = [_comment(f"{_class_docstring(Settings)}\n\n{HEADER}")]
+    trees: _Trees = {}
+    settings_doc = ast.get_docstring(_class_node(Settings, trees)) or ""
+    parts = [_comment(f"{settings_doc}\n\n{HEADER}")]
     for name, section in SECTIONS.items():
-        parts.append(_section(name, section))
+        parts.append(_section(name, section, trees))
     return "\n\n".join(parts) + "\n"
 
 
-def field_docstrings(cls: type[Any]) -> dict[str, str]:
+def field_docstrings(cls: type[Any], trees: _Trees | None = None) -> dict[str, str]:
     """Each documented field of the dataclass ``cls`` by name: the string literal right under
     its declaration, cleaned as ``inspect.cleandoc`` cleans a docstring. A field without one
     is left out."""
     found: dict[str, str] = {}
-    body = _class_node(cls).body
+    body = _class_node(cls, {} if trees is None else trees).body
     for declared, following in itertools.pairwise(body):
         if not (isinstance(declared, ast.AnnAssign) and isinstance(declared.target, ast.Name)):
             continue
@@ -60,25 +68,30 @@ def field_docstrings(cls: type[Any]) -> dict[str, str]:
     return found
 
 
-def _class_docstring(cls: type[Any]) -> str:
-    """``cls``'s own docstring as written (not the signature ``dataclass`` puts there)."""
-    return ast.get_docstring(_class_node(cls)) or ""
-
-
-def _class_node(cls: type[Any]) -> ast.ClassDef:
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    node = tree.body[0]
-    if not isinstance(node, ast.ClassDef):  # getsource of a class starts at its class line
-        raise TypeError(f"{cls.__qualname__}: no class statement in its source")
+def _class_node(cls: type[Any], trees: _Trees) -> ast.ClassDef:
+    """The ``class`` statement of ``cls``, found by its qualified name in its module."""
+    if cls.__module__ not in trees:
+        trees[cls.__module__] = ast.parse(inspect.getsource(sys.modules[cls.__module__]))
+    scope: list[ast.stmt] = trees[cls.__module__].body
+    node: ast.stmt | None = None
+    for name in cls.__qualname__.split("."):
+        if name == "<locals>":  # a class defined in a function
+            continue
+        node = next((n for n in scope if isinstance(n, _SCOPES) and n.name == name), None)
+        if node is None:
+            break
+        scope = node.body
+    if not isinstance(node, ast.ClassDef):
+        raise TypeError(f"{cls.__qualname__}: no class statement in {cls.__module__}")
     return node
 
 
-def _section(name: str, cls: type[Any]) -> str:
+def _section(name: str, cls: type[Any], trees: _Trees) -> str:
     """``[name]`` and its docstring, then each key under its own, a blank line between."""
     blocks = [f"[{name}]"]
-    if doc := _class_docstring(cls):
+    if doc := ast.get_docstring(_class_node(cls, trees)):
         blocks[0] += "\n" + _comment(doc)
-    docs = field_docstrings(cls)
+    docs = field_docstrings(cls, trees)
     for spec in fields(cls):
         line = f"{spec.metadata.get('key') or spec.name} = {_toml(_file_value(spec))}"
         blocks.append(f"{_comment(docs[spec.name])}\n{line}" if spec.name in docs else line)
