@@ -181,6 +181,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     configmap.set_defaults(handler=_cmd_recipe_configmap)
 
+    config = commands.add_parser("config", help="the settings file")
+    config_commands = config.add_subparsers(
+        title="config commands", metavar="COMMAND", required=True
+    )
+    example = config_commands.add_parser(
+        "example",
+        help="print every setting with its default and what it means, as TOML "
+        "(config/releasebot.example.toml)",
+    )
+    example.set_defaults(handler=_cmd_config_example)
+
     db = commands.add_parser("db", help="manage the state store's schema")
     db_commands = db.add_subparsers(title="db commands", metavar="COMMAND", required=True)
     upgrade = db_commands.add_parser(
@@ -409,6 +420,13 @@ def _cmd_recipe_configmap(args: argparse.Namespace) -> int:
     from releasebot.wiring import recipe_manifest
 
     write_json(recipe_manifest(_load(args)), sys.stdout)
+    return EXIT_OK
+
+
+def _cmd_config_example(args: argparse.Namespace) -> int:
+    from releasebot.config.example import render_example
+
+    sys.stdout.write(render_example())
     return EXIT_OK
 
 

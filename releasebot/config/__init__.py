@@ -15,11 +15,14 @@ costs one line, not a traceback.
   (``builders.kaniko``), and the options are built once at load, so their rules between
   fields (a request above its limit) are reported against their keys too.
 - ``load``: the file, the environment, conversions, the rules between fields.
+- ``example``: the example file (``releasebot config example``), written from the
+  sections' and fields' docstrings and their defaults.
 
 Environment values are strings: lists are comma-separated (``RELEASEBOT_FLATCAR_CHANNELS=
 stable,lts``), numbers are decimal. The environment wins over the file.
 
-Defaults, their units and why they are what they are: ``config/releasebot.example.toml``.
+Defaults, their units and why they are what they are: each field's docstring in
+``sections``, written out as ``config/releasebot.example.toml``.
 """
 
 from releasebot.config.load import CONFIG_ENV, ENV_PREFIX, load_settings
