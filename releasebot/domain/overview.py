@@ -38,14 +38,6 @@ still well inside the cycle's hourly full pass."""
 # -- the matrix -------------------------------------------------------------------------
 
 
-def releases_by_version(releases: Iterable[FlatcarRelease]) -> dict[str, FlatcarRelease]:
-    """Each Flatcar version once (a version in two feeds: its first release wins)."""
-    found: dict[str, FlatcarRelease] = {}
-    for release in releases:
-        found.setdefault(release.version.text, release)
-    return found
-
-
 def matrix_view(
     targets: Sequence[TargetRecord],
     fleet: Sequence[FleetRecord],
