@@ -7,7 +7,6 @@ managers close what they opened on every exit path.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing, contextmanager
 from dataclasses import asdict, replace
@@ -20,6 +19,7 @@ from sqlalchemy import Engine
 
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
+from releasebot.config.pod import kubeconfig_path
 from releasebot.domain.attestation import Verification
 from releasebot.domain.bases import BaseRules
 from releasebot.domain.errors import ConfigError, StoreError
@@ -180,7 +180,7 @@ def proof_annotator(settings: Settings) -> Iterator[NodeAnnotator | None]:
     from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
     from releasebot.fleet.gate import KubernetesNodeAnnotator
 
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    kubeconfig = kubeconfig_path(settings)
     client = make_kube_client(kubeconfig)
     try:
         yield KubernetesNodeAnnotator(
@@ -216,7 +216,7 @@ def fleet_service(
             from releasebot.fleet.gate import KubernetesNodeAnnotator
             from releasebot.fleet.kubernetes import KubernetesFleetSource
 
-            kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+            kubeconfig = kubeconfig_path(settings)
             client = make_kube_client(kubeconfig)
             stack.callback(client.close)
             sleep = real_sleep if halt is None else halt.sleep
@@ -393,7 +393,7 @@ def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
     from releasebot.builders.kubernetes import KubernetesJobLauncher
     from releasebot.edge.kube import make_kube_client
 
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    kubeconfig = kubeconfig_path(settings)
     client = make_kube_client(kubeconfig, settings.kubernetes.namespace)
     return KubernetesJobLauncher(client, options, registry_login=job_registry_login(settings))
 

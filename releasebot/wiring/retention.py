@@ -8,13 +8,13 @@ it retention deletes nothing (it cannot know what the nodes run).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack, closing, contextmanager
 
 from sqlalchemy import Engine
 
 from releasebot.config import Settings
+from releasebot.config.pod import kubeconfig_path
 from releasebot.domain.errors import ConfigError
 from releasebot.domain.ports import FleetSource, StateStore
 from releasebot.registry.janitor import OrasJanitor
@@ -71,8 +71,7 @@ def _cluster_fleet(settings: Settings) -> Iterator[FleetSource]:
     from releasebot.fleet.kubernetes import KubernetesFleetSource
 
     fleet = settings.fleet
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
-    client = make_kube_client(kubeconfig)
+    client = make_kube_client(kubeconfig_path(settings))
     try:
         yield KubernetesFleetSource(
             client,

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from releasebot.config import Settings
+from releasebot.config.pod import kubeconfig_path, lease_namespace
 from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ConfigError
 from releasebot.edge.parse import parse_listen_address
@@ -49,13 +50,12 @@ def make_elector(settings: Settings, identity: str) -> LeaderElector:
     from releasebot.leader.lease import KubernetesLeaseElector
 
     lease = run.lease
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    kubeconfig = kubeconfig_path(settings)
     # Each call bounded well under the renewal period, so a hung API server costs one round.
     timeout = min(timedelta(seconds=5), lease / 4)
     client = make_kube_client(kubeconfig, settings.kubernetes.namespace, timeout=timeout)
-    # The Lease lives in releasebot's own namespace (the Downward API's POD_NAMESPACE, as
-    # config/base/role.yaml grants it), which may differ from the build namespace.
-    namespace = os.environ.get("POD_NAMESPACE") or settings.kubernetes.namespace
+    # The Lease lives in releasebot's own namespace, which may differ from the build one.
+    namespace = lease_namespace(settings)
     return KubernetesLeaseElector(
         client,
         name=run.lease_name,
@@ -118,8 +118,9 @@ def check_run(settings: Settings) -> None:
     from releasebot.wiring.core import make_registry
     from releasebot.wiring.signing import check_signing_key
 
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
-    make_kube_client(kubeconfig).close()  # the Jobs' client; the Lease's and the fleet's too
+    make_kube_client(
+        kubeconfig_path(settings)
+    ).close()  # the Jobs' client; the Lease's and the fleet's too
 
     web = settings.web
     if web.enabled and web.listen not in ("", settings.run.listen):
