@@ -341,13 +341,15 @@ def _cmd_reconcile(args: argparse.Namespace) -> int:
 
 def _deliver(settings: Settings, service: ReconcileService) -> None:
     """Tell Slack what the cycle did (CronJob mode has no other chance to)."""
-    from releasebot.wiring.slack import deliver_now, discard_now, notification_service
+    from releasebot.service.delivery import deliver_now, discard_now
+    from releasebot.wiring import utc_now
+    from releasebot.wiring.slack import notification_service
 
     notifications = notification_service(settings, service.store)
     if notifications is None:  # nobody delivers: drop what an older releasebot queued
-        discard_now(service.store)
+        discard_now(service.store, utc_now)
         return
-    delivered = deliver_now(notifications)
+    delivered = deliver_now(notifications, utc_now)
     if delivered is not None and delivered.backlog:
         _error(f"{delivered.backlog} notification(s) wait for Slack; the next run sends them")
 

@@ -74,6 +74,7 @@ def short_digest(digest: str | None) -> str:
 
 def target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
     from releasebot.domain.lifecycle import next_step
+    from releasebot.domain.models import ordered_reasons
 
     target = record.target
     return {
@@ -85,7 +86,7 @@ def target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
         "kernel": target.kernel,
         "kernel_release": target.kernel_release,
         "arches": [arch.value for arch in target.arches],
-        "reasons": target.reason_text.split(",") if target.reasons else [],
+        "reasons": ordered_reasons(target.reasons),
         "state": record.state.value,
         "next": next_step(record, now).value,
         "digest": record.digest,

@@ -4,7 +4,11 @@
 stored targets (their lifecycle states) to a ``Coverage``: a ``Verdict`` per GPU node for
 the version it runs, another for the version it will reboot into, and what that means for
 alerting. ``releasebot fleet``, the metrics, the Slack alert and the reboot gate all read
-this one answer, so they cannot disagree. Verdicts, worst first:
+this one answer, so they cannot disagree. The coverage page cannot: it reads the store
+alone, which keeps no ``FleetPlan`` (which driver the GPU Operator gives which node, from
+which repository), so ``overview_fleet`` asks for every fleet image of a node's version and
+judges them by this module's ``state_verdict`` and ``worst``: it may call a node uncovered
+that this calls covered, never the other way round. Verdicts, worst first:
 
 - ``unknown-version``: no Flatcar feed releasebot reads lists the version, so no image can
   be built (a release pulled upstream, a private build, a feed not configured);

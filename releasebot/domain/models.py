@@ -104,9 +104,15 @@ REASON_ORDER = tuple(TargetReason)
 """Strongest first: a target a node is about to reboot into matters most."""
 
 
+def ordered_reasons(reasons: frozenset[TargetReason]) -> list[str]:
+    """The reasons' names strongest first: the one order the store, the CLI, the page and
+    its API show them in."""
+    return [reason.value for reason in REASON_ORDER if reason in reasons]
+
+
 def reasons_text(reasons: frozenset[TargetReason]) -> str:
     """``pending-reboot,fleet``: the reasons strongest first, as stored and shown."""
-    return ",".join(reason.value for reason in REASON_ORDER if reason in reasons)
+    return ",".join(ordered_reasons(reasons))
 
 
 class TargetState(enum.StrEnum):

@@ -21,7 +21,13 @@ from urllib.parse import urlsplit, urlunsplit
 from releasebot.domain.builds import BuildRecord, BuildState
 from releasebot.domain.events import EventKind, MessageRef, StoredEvent
 from releasebot.domain.fleet_records import FleetRecord
-from releasebot.domain.models import FeedState, FlatcarRelease, TargetRecord, TargetState
+from releasebot.domain.models import (
+    FeedState,
+    FlatcarRelease,
+    TargetRecord,
+    TargetState,
+    ordered_reasons,
+)
 from releasebot.domain.overview_fleet import node_counts
 from releasebot.domain.overview_words import Json, cell_words, iso_time, text, text_block
 from releasebot.domain.untrusted import clean
@@ -36,14 +42,6 @@ half an hour of one tab's 304s): every 15 minutes, a fraction of what the tab co
 still well inside the cycle's hourly full pass."""
 
 # -- the matrix -------------------------------------------------------------------------
-
-
-def releases_by_version(releases: Iterable[FlatcarRelease]) -> dict[str, FlatcarRelease]:
-    """Each Flatcar version once (a version in two feeds: its first release wins)."""
-    found: dict[str, FlatcarRelease] = {}
-    for release in releases:
-        found.setdefault(release.version.text, release)
-    return found
 
 
 def matrix_view(
@@ -144,7 +142,7 @@ def _cell_json(
         "state": record.state.value,
         "words": cell_words(record),
         "attempts": record.attempts,
-        "reasons": sorted(reason.value for reason in record.target.reasons),
+        "reasons": ordered_reasons(record.target.reasons),
         "published_after_seconds": delay,
         "found_in_registry": found,
     }
@@ -209,7 +207,7 @@ def target_detail(
         "flatcar_channel": text(target.flatcar_channel, 40),
         "kernel": text(target.kernel, 80),
         "arches": [arch.value for arch in target.arches],
-        "reasons": sorted(reason.value for reason in target.reasons),
+        "reasons": ordered_reasons(target.reasons),
         "required": record.required,
         "state": record.state.value,
         "words": cell_words(record),

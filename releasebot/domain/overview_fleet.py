@@ -117,7 +117,8 @@ def node_counts(fleet: Sequence[FleetRecord]) -> tuple[dict[str, int], dict[str,
 
 
 def _verdict(needed: Sequence[TargetRecord]) -> Verdict:
-    return worst(state_verdict(record.state) for record in needed) if needed else Verdict.MISSING
+    """Coverage's own judgement of these images (``missing`` when there is none)."""
+    return worst(state_verdict(record.state) for record in needed)
 
 
 def judge_nodes(

@@ -1,8 +1,26 @@
 """The ports: what the use cases need from the outside world, as Protocols.
 
-Each port has a real adapter and an in-memory one side by side (``store/sql.py`` and
-``store/memory.py``, ``sources/fetch.py`` and the tests' feed server); both satisfy the same
-contract tests.
+A port with two implementations has one contract suite in ``tests/contract`` that runs on
+each (the in-memory one also serves ``--dry-run`` and the demo):
+
+- ``StateStore``: ``store/memory.py`` and ``store/sql.py`` on SQLite and PostgreSQL;
+- ``Registry`` and ``ArtifactRegistry``: the in-memory ones and ORAS on a real registry;
+- ``JobLauncher``, ``FleetSource``, ``PodSource``, ``NodeAnnotator`` and ``LeaderElector``:
+  the in-memory ones and lightkube's over the fake API server (real HTTP).
+
+The others have one implementation and no contract suite (a suite run on one adapter would
+only be its own tests again); each is tested where it talks:
+
+- ``FlatcarFeedParser``, ``DriverFeedParser``: pure functions (``sources/flatcar.py``,
+  ``sources/nvidia.py``), tested on real and hostile feeds;
+- ``FeedFetcher`` (``sources/fetch.py``), ``ArtifactSource`` (``sources/artifacts.py``) and
+  ``MaterialSource`` (``sources/materials.py``): HTTP, tested against local servers; the use
+  cases' tests give the fetcher a feed server or a small fake;
+- ``RegistryJanitor`` (``registry/janitor.py``) and ``Attestor`` (``signing/attestor.py``):
+  tested against the real registry, the attestor over an ``ArtifactRegistry`` whose suite
+  runs on both.
+
+A second implementation of any of these gets its contract suite with it.
 """
 
 from __future__ import annotations

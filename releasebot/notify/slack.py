@@ -27,17 +27,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from http.client import RemoteDisconnected
 from typing import Any
 from urllib.error import URLError
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry import RetryHandler
-from slack_sdk.http_retry.builtin_handlers import (
-    ConnectionErrorRetryHandler,
-    RateLimitErrorRetryHandler,
-    ServerErrorRetryHandler,
-)
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
@@ -64,7 +60,6 @@ TEMPORARY_CODES = frozenset(
 MESSAGE_GONE_CODES = frozenset({"message_not_found", "cant_update_message"})
 """``chat.update`` found no message of ours to edit: a person deleted it. Post a new one."""
 
-_DETAIL_MAX_CHARS = 200
 RETRY_AFTER_UNKNOWN = timedelta(seconds=30)
 """The wait assumed after a 429 without a readable ``Retry-After``: Slack's tier limits reset
 within a minute."""
@@ -84,9 +79,7 @@ def make_web_client(
     ``sleep`` (tests pass a recorder); a ``Retry-After`` above ``max_rate_limit_wait`` is
     not waited for in the call but left to the service's backoff."""
     handlers: list[RetryHandler] = [
-        _RateLimitHandler(retries, max_rate_limit_wait.total_seconds(), sleep),
-        _ServerErrorHandler(retries, sleep),
-        _ConnectionErrorHandler(retries, sleep),
+        _BoundedRetryHandler(retries, max_rate_limit_wait.total_seconds(), sleep)
     ]
     # slack-sdk's DEBUG lines carry whole response bodies (a channel's history): never on.
     sdk_log = logging.getLogger("releasebot.notify.slack.sdk")
@@ -242,7 +235,7 @@ class SlackNotifier:
             raise _translate(method, error) from error
         except (SlackClientError, OSError, http.client.HTTPException) as error:
             raise ChatUnavailableError(
-                f"slack {method}: {_trim(type(error).__name__ + ': ' + str(error))}"
+                f"slack {method}: {one_line(type(error).__name__ + ': ' + str(error))}"
             ) from error
         data = response.data
         return data if isinstance(data, dict) else {}
@@ -260,7 +253,7 @@ def _translate(method: str, error: SlackApiError) -> ChatUnavailableError | Chat
         return ChatUnavailableError(f"slack {method}: HTTP {status}")
     if code in TEMPORARY_CODES:
         return ChatUnavailableError(f"slack {method}: {code}")
-    code = _trim(code)
+    code = one_line(code)
     return ChatRejectedError(method, code, hint=HINTS.get(code), affects_all=code in EVERY_CALL)
 
 
@@ -303,19 +296,21 @@ def _retry_after(value: object) -> timedelta:
     return max(timedelta(seconds=1), min(wait, timedelta(hours=1)))
 
 
-def _trim(text: str) -> str:
-    return one_line(text, _DETAIL_MAX_CHARS)
-
-
-# -- bounded, sleep-injectable versions of slack-sdk's retry handlers ----------------------
+# -- slack-sdk's retries, bounded and sleep-injectable, in one handler ---------------------
 
 
 def _is_post(request: HttpRequest) -> bool:
     return request.url.split("?")[0].endswith("/chat.postMessage")
 
 
-class _RateLimitHandler(RateLimitErrorRetryHandler):
-    """429: Slack did nothing, so any call may be repeated, after ``Retry-After``."""
+_CONNECTION_ERRORS = (URLError, ConnectionResetError, RemoteDisconnected)
+"""What slack-sdk calls a dropped connection (its ``ConnectionErrorRetryHandler``'s list)."""
+
+
+class _BoundedRetryHandler(RetryHandler):
+    """Which failed calls slack-sdk repeats, and after how long (``_wait``); every wait goes
+    through ``sleep``, and the retries of one call, whatever their reasons, are at most
+    ``retries`` (slack-sdk counts them in the call's one ``RetryState``)."""
 
     def __init__(self, retries: int, max_wait: float, sleep: Callable[[float], None]) -> None:
         super().__init__(max_retry_count=retries)
@@ -330,10 +325,7 @@ class _RateLimitHandler(RateLimitErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        if response is None or response.status_code != 429:
-            return False
-        wait = _retry_after(_header(response.headers, "retry-after"))
-        return wait.total_seconds() <= self._max_wait
+        return self._wait(state, request, response, error) is not None
 
     def prepare_for_next_attempt(
         self,
@@ -343,76 +335,43 @@ class _RateLimitHandler(RateLimitErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> None:
-        wait = _retry_after(None if response is None else _header(response.headers, "retry-after"))
+        wait = self._wait(state, request, response, error)
         state.next_attempt_requested = True
-        self._sleep(wait.total_seconds())
+        self._sleep(0.0 if wait is None else wait)
         state.increment_current_attempt()
 
-
-class _ServerErrorHandler(ServerErrorRetryHandler):
-    """500/503 on a call that is safe to repeat: not a post, which Slack may have made."""
-
-    def __init__(self, retries: int, sleep: Callable[[float], None]) -> None:
-        super().__init__(max_retry_count=retries)
-        self._sleep = sleep
-
-    def _can_retry(
+    def _wait(
         self,
-        *,
         state: RetryState,
         request: HttpRequest,
-        response: HttpResponse | None = None,
-        error: Exception | None = None,
-    ) -> bool:
-        return not _is_post(request) and super()._can_retry(
-            state=state, request=request, response=response, error=error
-        )
+        response: HttpResponse | None,
+        error: Exception | None,
+    ) -> float | None:
+        """Seconds to sleep before the call is repeated; ``None``: it is not repeated.
 
-    def prepare_for_next_attempt(
-        self,
-        *,
-        state: RetryState,
-        request: HttpRequest,
-        response: HttpResponse | None = None,
-        error: Exception | None = None,
-    ) -> None:
-        state.next_attempt_requested = True
-        self._sleep(self.interval_calculator.calculate_sleep_duration(state.current_attempt))
-        state.increment_current_attempt()
-
-
-class _ConnectionErrorHandler(ConnectionErrorRetryHandler):
-    """A dropped connection; for a post only when it was refused (nothing was sent)."""
-
-    def __init__(self, retries: int, sleep: Callable[[float], None]) -> None:
-        super().__init__(max_retry_count=retries)
-        self._sleep = sleep
-
-    def _can_retry(
-        self,
-        *,
-        state: RetryState,
-        request: HttpRequest,
-        response: HttpResponse | None = None,
-        error: Exception | None = None,
-    ) -> bool:
-        if _is_post(request) and not (
-            isinstance(error, URLError) and isinstance(error.reason, ConnectionRefusedError)
+        - 429: Slack did nothing, so any call may be repeated, after ``Retry-After`` (one
+          above ``max_wait`` is left to the service's backoff);
+        - 500/503: only a call that is safe to repeat, not a post, which Slack may have made;
+        - a dropped connection (an error without an answer): for a post only when it was
+          refused (nothing was sent).
+        """
+        if response is not None and response.status_code == 429:
+            wait = _retry_after(_header(response.headers, "retry-after")).total_seconds()
+            return wait if wait <= self._max_wait else None
+        if response is not None and response.status_code in (500, 503):
+            repeat = not _is_post(request)
+        elif isinstance(error, _CONNECTION_ERRORS) and not (
+            isinstance(error, URLError) and response is not None  # an answer: a 4xx
         ):
-            return False
-        return super()._can_retry(state=state, request=request, response=response, error=error)
-
-    def prepare_for_next_attempt(
-        self,
-        *,
-        state: RetryState,
-        request: HttpRequest,
-        response: HttpResponse | None = None,
-        error: Exception | None = None,
-    ) -> None:
-        state.next_attempt_requested = True
-        self._sleep(self.interval_calculator.calculate_sleep_duration(state.current_attempt))
-        state.increment_current_attempt()
+            refused = isinstance(error, URLError) and isinstance(
+                error.reason, ConnectionRefusedError
+            )
+            repeat = refused or not _is_post(request)
+        else:
+            return None
+        if not repeat:
+            return None
+        return self.interval_calculator.calculate_sleep_duration(state.current_attempt)
 
 
 def _mask(value: Any, redact: Redactor) -> Any:

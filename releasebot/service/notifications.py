@@ -274,10 +274,6 @@ class DeliveryOutage:
         self._lock = threading.Lock()
         self._since: str | None = None  # the first error of the outage going on, if any
 
-    @property
-    def down(self) -> bool:
-        return self._since is not None
-
     def failed(self, error: ReleasebotError) -> None:
         """A round could not run because of ``error``: said once per outage."""
         with self._lock:

@@ -38,8 +38,8 @@ from releasebot.domain.models import FlatcarRelease, TargetRecord, TargetState
 from releasebot.domain.overview import RECHECK_AFTER_SECONDS
 from releasebot.domain.overview_words import Json
 from releasebot.domain.ports import StateStore
+from releasebot.service.releases import flatcar_releases_by_version
 
-FLATCAR_FEED_PREFIX = "flatcar/"
 _RELEASES = ("flatcar_releases", "flatcar_feed_entries")
 """What ``_releases`` reads besides the feed names: a Flatcar feed's releases are written
 with its entries (``record_flatcar_feed``), and a feed row without entries adds none, so
@@ -190,8 +190,6 @@ class OverviewService:
         return self._store.targets()
 
     def _releases(self) -> dict[str, FlatcarRelease]:
-        releases: list[FlatcarRelease] = []
-        for feed in self._store.feed_states():
-            if feed.name.startswith(FLATCAR_FEED_PREFIX):
-                releases.extend(self._store.flatcar_releases(feed.name))
-        return overview.releases_by_version(releases)
+        """Each Flatcar version's release, by its text, as the plan sees it."""
+        releases = flatcar_releases_by_version(self._store)
+        return {version.text: release for version, release in releases.items()}

@@ -50,6 +50,12 @@ from releasebot.domain.ports import (
 )
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.service.fleet import FleetService, FleetSnapshot
+from releasebot.service.releases import (
+    FLATCAR_FEED_PREFIX,
+    flatcar_feed_name,
+    flatcar_feed_names,
+    flatcar_releases_by_version,
+)
 
 log = logging.getLogger("releasebot.plan")
 
@@ -61,10 +67,6 @@ ALERTED_FLAG = "feed-alerted:"
 def _alert_key(feed: str, since: str) -> str:
     """One chat message per outage: the feed's key plus when the failures began."""
     return f"{feed_key(feed)}@{since}"
-
-
-def flatcar_feed_name(channel: str) -> str:
-    return f"flatcar/{channel}"
 
 
 class FeedKind(enum.Enum):
@@ -371,16 +373,13 @@ class PlanService:
         return [] if make is None else [make(channel) for channel in channels]
 
     def _all_releases(self, extra: Sequence[FeedSpec]) -> dict[FlatcarVersion, FlatcarRelease]:
-        """Every release any Flatcar feed releasebot has read ever listed, by version."""
-        releases: dict[FlatcarVersion, FlatcarRelease] = {}
-        for name in sorted(self._flatcar_feed_names(extra)):
-            for release in self._store.flatcar_releases(name):
-                releases.setdefault(release.version, release)
-        return releases
+        return flatcar_releases_by_version(self._store, self._known_feeds(extra))
 
     def _flatcar_feed_names(self, extra: Sequence[FeedSpec]) -> set[str]:
-        names = {spec.name for spec in [*self._flatcar_feeds, *extra]}
-        return names | {s.name for s in self._store.feed_states() if s.name.startswith("flatcar/")}
+        return flatcar_feed_names(self._store, self._known_feeds(extra))
+
+    def _known_feeds(self, extra: Sequence[FeedSpec]) -> list[str]:
+        return [spec.name for spec in [*self._flatcar_feeds, *extra]]
 
     def find_target(self, driver: str, flatcar: str, arches: frozenset[Arch] | None) -> Target:
         """The target for ``driver`` on ``flatcar`` from what the feeds have ever listed.
@@ -393,7 +392,9 @@ class PlanService:
         driver_version = DriverVersion.parse(driver)
         release = self._all_releases(()).get(flatcar_version)
         if release is None:
-            read = sorted(name.removeprefix("flatcar/") for name in self._flatcar_feed_names(()))
+            read = sorted(
+                name.removeprefix(FLATCAR_FEED_PREFIX) for name in self._flatcar_feed_names(())
+            )
             raise UnknownTargetError(
                 f"Flatcar {flatcar} is in no Flatcar feed releasebot reads ({', '.join(read)})"
             )

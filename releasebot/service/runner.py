@@ -182,8 +182,6 @@ class Runner:
         self._on_lead_stop = on_lead_stop
         self._socket_connected = socket_connected
         self._retention = retention
-        self.last_retention_at: datetime | None = None
-        """When retention last ran here (completed or failed)."""
         self._retention_next_at: datetime | None = None
         self.options = options
         self._clock = clock
@@ -431,7 +429,6 @@ class Runner:
         finally:
             self._gave_back()
         now = self._clock()
-        self.last_retention_at = now
         self._retention_next_at = now + wait
         try:  # kept in the store, so a restart or a new leader does not run it again soon
             self._store.set_flag(RETENTION_FLAG, (now + wait).isoformat(), now)

@@ -11,7 +11,7 @@ from typing import Any
 
 from releasebot import __version__
 from releasebot.domain.coverage import Verdict
-from releasebot.domain.models import TargetState
+from releasebot.domain.models import REASON_ORDER, TargetState
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 _TEXT = {"type": ["string", "null"]}
@@ -33,6 +33,10 @@ def _list(items: dict[str, Any]) -> dict[str, Any]:
 
 
 _STRINGS = _list({"type": "string"})
+_REASONS = {
+    **_list({"enum": [reason.value for reason in REASON_ORDER]}),
+    "description": "why the target must exist, strongest first (none: asked for by hand)",
+}
 _FOUND = {
     "type": "boolean",
     "description": "published, but no build of releasebot's published it: the tag was "
@@ -45,7 +49,7 @@ _CELL = _object(
         "state": {"enum": _STATES},
         "words": {"type": "string", "description": "the state in words"},
         "attempts": {"type": "integer", "minimum": 0},
-        "reasons": _STRINGS,
+        "reasons": _REASONS,
         "published_after_seconds": {
             "type": ["integer", "null"],
             "description": "from the Flatcar release to the image's publication by "
@@ -94,7 +98,7 @@ _DETAIL = _object(
         "flatcar_channel": _TEXT,
         "kernel": _TEXT,
         "arches": _STRINGS,
-        "reasons": _STRINGS,
+        "reasons": _REASONS,
         "required": {"type": "boolean"},
         "state": {"enum": _STATES},
         "words": {"type": "string"},

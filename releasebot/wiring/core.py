@@ -7,19 +7,19 @@ managers close what they opened on every exit path.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing, contextmanager
+from contextlib import ExitStack, closing, contextmanager, nullcontext
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
+from releasebot.config.pod import kubeconfig_path
 from releasebot.domain.attestation import Verification
 from releasebot.domain.bases import BaseRules
 from releasebot.domain.errors import ConfigError, StoreError
@@ -54,9 +54,34 @@ from releasebot.store.memory import MemoryStateStore
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring.signing import make_attestor, verify_published
 
+if TYPE_CHECKING:
+    from lightkube import Client
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+@contextmanager
+def kube_client(settings: Settings, shared: Client | None = None) -> Iterator[Client]:
+    """The Kubernetes client of the block: ``shared`` when the process has one (its owner
+    closes it), else one of its own from the kubeconfig (``config.pod``), closed at the end.
+
+    One client per API server configuration: the Jobs, the fleet, the Nodes' annotations,
+    the Pods and retention all use the same kubeconfig and timeout, so ``releasebot run``
+    shares one (lightkube's client holds no state between requests, and its httpx2 pool
+    is safe across threads). The leader election's differs (a shorter timeout) and keeps
+    its own."""
+    if shared is not None:
+        yield shared
+        return
+    from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
+
+    client = make_kube_client(kubeconfig_path(settings))
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 @contextmanager
@@ -170,24 +195,21 @@ def channel_feed(settings: Settings) -> Callable[[str], FeedSpec] | None:
 
 
 @contextmanager
-def proof_annotator(settings: Settings) -> Iterator[NodeAnnotator | None]:
+def proof_annotator(
+    settings: Settings, kube: Client | None = None
+) -> Iterator[NodeAnnotator | None]:
     """What ``/releasebot release NODE`` writes with: the proof annotation on Nodes, when
     ``fleet.proof`` is on (else ``None``: there is nothing to release)."""
     fleet = settings.fleet
     if not (fleet.enabled and fleet.proof):
         yield None
         return
-    from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
     from releasebot.fleet.gate import KubernetesNodeAnnotator
 
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
-    client = make_kube_client(kubeconfig)
-    try:
+    with kube_client(settings, kube) as client:
         yield KubernetesNodeAnnotator(
             client, annotation=fleet.gate_annotation, proof_annotation=fleet.proof_annotation
         )
-    finally:
-        client.close()
 
 
 @contextmanager
@@ -199,6 +221,7 @@ def fleet_service(
     gate: bool = True,
     source: FleetSource | None = None,
     halt: Halt | None = None,
+    kube: Client | None = None,
 ) -> Iterator[FleetService | None]:
     """The fleet's use case when ``fleet.enabled``, reading the cluster through one
     Kubernetes client, or over ``source`` (the demo's simulated fleet, read only). The
@@ -212,13 +235,10 @@ def fleet_service(
     prover: ProofService | None = None
     with ExitStack() as stack:
         if source is None:
-            from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
             from releasebot.fleet.gate import KubernetesNodeAnnotator
             from releasebot.fleet.kubernetes import KubernetesFleetSource
 
-            kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
-            client = make_kube_client(kubeconfig)
-            stack.callback(client.close)
+            client = stack.enter_context(kube_client(settings, kube))
             sleep = real_sleep if halt is None else halt.sleep
             source = KubernetesFleetSource(
                 client,
@@ -280,6 +300,7 @@ def plan_service(
     gate: bool = True,
     fleet_source: FleetSource | None = None,
     halt: Halt | None = None,
+    kube: Client | None = None,
 ) -> Iterator[PlanService]:
     """A ready ``PlanService`` with its store, HTTP client and fleet, closed when the block
     ends.
@@ -298,7 +319,7 @@ def plan_service(
             url, dry_run=dry_run, engine=engine, keep_events=settings.slack.enabled
         ) as store,
         fleet_service(
-            settings, store, dry_run=dry_run, gate=gate, source=fleet_source, halt=halt
+            settings, store, dry_run=dry_run, gate=gate, source=fleet_source, halt=halt, kube=kube
         ) as fleet,
     ):
         flatcar, nvidia = feed_specs(settings)
@@ -385,7 +406,11 @@ def make_registry(settings: Settings, halt: Halt | None = None) -> Registry:
         raise ConfigError("registry", str(error)) from None
 
 
-def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
+def make_launcher(
+    settings: Settings, *, dry_run: bool = False, kube: Client | None = None
+) -> JobLauncher:
+    """The build Jobs' launcher: in memory for a dry run, else on ``kube`` when the process
+    shares one (the launcher's ``close`` then must not be called), else on its own client."""
     options = settings.kaniko_options()
     if dry_run:
         return MemoryJobLauncher(options)
@@ -393,8 +418,7 @@ def make_launcher(settings: Settings, *, dry_run: bool = False) -> JobLauncher:
     from releasebot.builders.kubernetes import KubernetesJobLauncher
     from releasebot.edge.kube import make_kube_client
 
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
-    client = make_kube_client(kubeconfig, settings.kubernetes.namespace)
+    client = kube or make_kube_client(kubeconfig_path(settings), settings.kubernetes.namespace)
     return KubernetesJobLauncher(client, options, registry_login=job_registry_login(settings))
 
 
@@ -433,15 +457,18 @@ def reconcile_service(
     engine: Engine | None = None,
     fleet_source: FleetSource | None = None,
     halt: Halt | None = None,
+    kube: Client | None = None,
 ) -> Iterator[ReconcileService]:
     """A ready ``ReconcileService``: store, feeds, registry and cluster wired from settings.
 
     A dry run reads the store and the registry, renders Jobs, and changes nothing. Without
     ``cluster`` no Kubernetes client is made (for ``plan``, which launches nothing). The
-    store is on ``engine`` when one is given (``releasebot run`` shares its one engine);
-    the settings of the cluster and the registry are checked before it is touched.
+    store is on ``engine`` when one is given (``releasebot run`` shares its one engine),
+    and the cluster is reached through ``kube`` when one is given (``run`` shares one
+    client per API server configuration); the settings of the cluster and the registry are
+    checked before it is touched.
     """
-    launcher = make_launcher(settings, dry_run=dry_run or not cluster)  # config errors first
+    launcher = make_launcher(settings, dry_run=dry_run or not cluster, kube=kube)  # config first
     registry = registry or make_registry(settings, halt)
     verify: bool | str = settings.http.ca_bundle or True
     http = make_http_client(settings.http.timeout, settings.http.user_agent, verify)
@@ -453,7 +480,7 @@ def reconcile_service(
             nvidia_base_url=settings.recipe.nvidia_base_url,
         )
     with (
-        closing(launcher),
+        closing(launcher) if kube is None else nullcontext(),  # a shared client's owner closes it
         closing(registry),
         http,
         plan_service(
@@ -464,6 +491,7 @@ def reconcile_service(
             gate=cluster,
             fleet_source=fleet_source,
             halt=halt,
+            kube=kube,
         ) as planner,
     ):
         attestor = None

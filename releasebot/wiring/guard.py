@@ -10,13 +10,12 @@ one process). Deliberately not here: what holds it (``wiring.run``, ``wiring.sla
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from releasebot.config import Settings
+from releasebot.config.pod import replica_identity
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.engine import make_engine
 from releasebot.store.lock import CycleGuard, local_holder
@@ -27,8 +26,9 @@ GUARD_TTL = RunnerOptions.guard_ttl
 
 
 def run_identity(settings: Settings) -> str:
-    """This replica's name: ``run.identity``, else ``$POD_NAME``, else the host name."""
-    return settings.run.identity or os.environ.get("POD_NAME") or socket.gethostname()
+    """This replica's name: ``run.identity``, else ``$POD_NAME``, else the host name
+    (``config.pod``'s one rule)."""
+    return replica_identity(settings)
 
 
 def guard_holder(identity: str) -> str:

@@ -8,9 +8,9 @@ it retention deletes nothing (it cannot know what the nodes run).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack, closing, contextmanager
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
@@ -22,12 +22,16 @@ from releasebot.registry.oras import OrasRegistry
 from releasebot.service.retention import RetentionService
 from releasebot.store.dryrun import DryRunStore
 from releasebot.wiring.core import (
+    kube_client,
     make_registry,
     migrated_store,
     open_engine,
     read_only_store,
     utc_now,
 )
+
+if TYPE_CHECKING:
+    from lightkube import Client
 
 
 @contextmanager
@@ -37,9 +41,11 @@ def retention_service(
     apply: bool,
     engine: Engine | None = None,
     fleet_source: FleetSource | None = None,
+    kube: Client | None = None,
 ) -> Iterator[RetentionService]:
     """A ready ``RetentionService``; without ``apply`` the store is only read (and not
-    migrated), so a dry run changes nothing at all."""
+    migrated), so a dry run changes nothing at all. The fleet is read through ``kube`` when
+    the process shares a client (``releasebot run``), else through one of its own."""
     registry = make_registry(settings)
     if not isinstance(registry, OrasRegistry):  # pragma: no cover - make_registry's type
         raise ConfigError("registry", "retention needs a real OCI registry")
@@ -53,7 +59,7 @@ def retention_service(
             else DryRunStore(read_only_store(engine))
         )
         if fleet_source is None and settings.fleet.enabled:
-            fleet_source = stack.enter_context(_cluster_fleet(settings))
+            fleet_source = stack.enter_context(_cluster_fleet(settings, kube))
         retention = settings.retention
         yield RetentionService(
             store=store,
@@ -66,19 +72,14 @@ def retention_service(
 
 
 @contextmanager
-def _cluster_fleet(settings: Settings) -> Iterator[FleetSource]:
-    from releasebot.edge.kube import make_kube_client  # lightkube: only when needed
-    from releasebot.fleet.kubernetes import KubernetesFleetSource
+def _cluster_fleet(settings: Settings, kube: Client | None) -> Iterator[FleetSource]:
+    from releasebot.fleet.kubernetes import KubernetesFleetSource  # lightkube: only when needed
 
     fleet = settings.fleet
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
-    client = make_kube_client(kubeconfig)
-    try:
+    with kube_client(settings, kube) as client:
         yield KubernetesFleetSource(
             client,
             selector=fleet.selector,
             page_size=fleet.page_size,
             gate_annotation=fleet.gate_annotation,
         )
-    finally:
-        client.close()

@@ -2,7 +2,11 @@
 
 One process, one database engine: the cycle's store, the runner's guard and gauges, and
 the Slack features (which plug in through ``RunHooks``, ``wiring/slack.py``) all use it.
-The guard itself and the replica's name are ``wiring/guard.py``'s.
+One reconcile service: the cycle's, which the chat commands use too (under the guard). One
+Kubernetes client per API server configuration: the Jobs, the fleet, the Nodes, the Pods
+and retention share one; the Lease's has a shorter timeout and is its own. The guard
+itself and the replica's name are ``wiring/guard.py``'s; what the scheduled work logs is
+``service/runlog.py``'s.
 """
 
 from __future__ import annotations
@@ -18,15 +22,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from releasebot.config import Settings
+from releasebot.config.pod import kubeconfig_path, lease_namespace
 from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ConfigError
 from releasebot.edge.parse import parse_listen_address
 from releasebot.edge.stop import Halt
-from releasebot.service.plan import FeedOutcome
+from releasebot.service.runlog import log_feed_outcome, run_retention
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.lock import CycleGuard
 from releasebot.web.server import HttpServer
-from releasebot.wiring.core import open_engine, reconcile_service
+from releasebot.wiring.core import kube_client, open_engine, reconcile_service
 from releasebot.wiring.guard import GUARD_TTL, SharedGuard, guard_holder, run_identity
 from releasebot.wiring.retention import retention_service
 from releasebot.wiring.slack import slack_hooks
@@ -35,7 +40,6 @@ from releasebot.wiring.web import listen_address, overview_app
 if TYPE_CHECKING:
     from releasebot.domain.ports import LeaderElector
     from releasebot.service.reconcile import ReconcileService
-    from releasebot.service.retention import RetentionService
 
 
 def make_elector(settings: Settings, identity: str) -> LeaderElector:
@@ -49,13 +53,12 @@ def make_elector(settings: Settings, identity: str) -> LeaderElector:
     from releasebot.leader.lease import KubernetesLeaseElector
 
     lease = run.lease
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
+    kubeconfig = kubeconfig_path(settings)
     # Each call bounded well under the renewal period, so a hung API server costs one round.
     timeout = min(timedelta(seconds=5), lease / 4)
     client = make_kube_client(kubeconfig, settings.kubernetes.namespace, timeout=timeout)
-    # The Lease lives in releasebot's own namespace (the Downward API's POD_NAMESPACE, as
-    # config/base/role.yaml grants it), which may differ from the build namespace.
-    namespace = os.environ.get("POD_NAMESPACE") or settings.kubernetes.namespace
+    # The Lease lives in releasebot's own namespace, which may differ from the build one.
+    namespace = lease_namespace(settings)
     return KubernetesLeaseElector(
         client,
         name=run.lease_name,
@@ -118,8 +121,9 @@ def check_run(settings: Settings) -> None:
     from releasebot.wiring.core import make_registry
     from releasebot.wiring.signing import check_signing_key
 
-    kubeconfig = settings.kubernetes.kubeconfig or os.environ.get("KUBECONFIG") or None
-    make_kube_client(kubeconfig).close()  # the Jobs' client; the Lease's and the fleet's too
+    make_kube_client(
+        kubeconfig_path(settings)
+    ).close()  # the Jobs' client; the Lease's and the fleet's too
 
     web = settings.web
     if web.enabled and web.listen not in ("", settings.run.listen):
@@ -166,20 +170,25 @@ def _serve(
     halt = Halt()  # set at shutdown: ends the cycle's waits on upstreams
     run = settings.run
     identity = run_identity(settings)
-    elector = make_elector(settings, identity)
+    elector = make_elector(settings, identity)  # its own client: a shorter timeout
     with (
         closing(elector),
+        kube_client(settings) as kube,  # the one client of the Jobs, fleet, Nodes, Pods
         open_engine(settings.database.url) as engine,
-        reconcile_service(settings, _log_feed, engine=engine, halt=halt) as service,
+        reconcile_service(
+            settings, log_feed_outcome, engine=engine, halt=halt, kube=kube
+        ) as service,
         ExitStack() as slack,
     ):
         guard = SharedGuard(CycleGuard(engine), guard_holder(identity))
-        hooks = slack.enter_context(slack_hooks(settings, engine, guard))
+        hooks = slack.enter_context(slack_hooks(settings, engine, guard, service, kube))
         retain: Callable[[], None] | None = None
         if settings.retention.enabled:
             apply = not settings.retention.dry_run
-            retention = slack.enter_context(retention_service(settings, apply=apply, engine=engine))
-            retain = functools.partial(_retain, retention, apply=apply)
+            retention = slack.enter_context(
+                retention_service(settings, apply=apply, engine=engine, kube=kube)
+            )
+            retain = functools.partial(run_retention, retention, apply=apply)
         metrics = ServiceMetrics()
         runner = Runner(
             cycle=service.cycle,
@@ -234,38 +243,9 @@ def _lead_start(service: ReconcileService, hook: Callable[[], None]) -> None:
     hook()
 
 
-def _retain(service: RetentionService, *, apply: bool) -> None:
-    """The daily retention run: each deletion (or, as a dry run, each candidate) a line."""
-    report = service.run(apply=apply)
-    log = logging.getLogger("releasebot.retention")
-    if not apply:
-        for deletion in report.plan.delete:
-            log.info("retention (dry run) would delete %s: %s", deletion.tag, deletion.reason)
-    for problem in filter(None, (report.plan.held, report.refused, *report.errors)):
-        log.warning("retention: %s", problem)
-    log.info(
-        "retention: %d deleted, %d candidate(s), %d kept",
-        len(report.deleted),
-        len(report.plan.delete),
-        len(report.plan.keep),
-        extra={"dry_run": not apply},
-    )
-
-
 def _redacted(readiness: tuple[bool, str], redact: Callable[[str], str]) -> tuple[bool, str]:
     ready, why = readiness
     return ready, redact(why)
-
-
-def _log_feed(outcome: FeedOutcome) -> None:
-    extra = {"feed": outcome.feed, "result": outcome.status.value}
-    if outcome.error is not None:
-        _feed_log.warning("%s", outcome.error, extra=extra)
-    else:
-        _feed_log.info("feed %s: %s", outcome.feed, outcome.status.value, extra=extra)
-
-
-_feed_log = logging.getLogger("releasebot.feeds")
 
 
 def _on_signals(stop: threading.Event) -> None:

@@ -1,4 +1,4 @@
-"""Chat commands that meet a running cycle wait for it (``wiring.slack.GuardedCommands``).
+"""Chat commands that meet a running cycle wait for it (``chat.guarded.GuardedCommands``).
 
 The signed slash-command endpoint and handler of ``test_slash_http`` (its response_url
 stand-in over real HTTP), with the commands that write run under a real ``CycleGuard`` on
@@ -20,12 +20,12 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
+from releasebot.chat.guarded import GuardedCommands
 from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.lock import CycleGuard
 from releasebot.wiring.guard import SharedGuard
-from releasebot.wiring.slack import GuardedCommands
 from tests.integration.test_slash_http import (
     ADMIN,
     CURRENT,
@@ -59,7 +59,7 @@ class Rig:
         self.cycle = CycleGuard(engine)
         self.guarded = GuardedCommands(
             chat.service,
-            SharedGuard(CycleGuard(engine), "replica-a"),
+            SharedGuard(CycleGuard(engine), "replica-a").hold,
             wait=wait,
             poll=timedelta(milliseconds=20),
         )

@@ -2,7 +2,7 @@
 
 ``releasebot run``'s pieces as it wires them: the real APScheduler loop of ``Runner``, one
 SQLite engine holding the outbox and the cycle guard (``SharedGuard``), the delivery round
-of ``wiring.slack.deliver_guarded`` with slack-sdk's real client against the fake Slack Web
+of ``service.delivery.deliver_guarded`` with slack-sdk's real client against the fake Slack Web
 API over HTTP. The cycle holds the guard for most of its interval and queues one
 notification per cycle. Periods are scaled down fifty times (delivery every 200 ms for
 10 s), with intervals that divide the delivery period (5 s), equal it (10 s) and are
@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 from releasebot.domain.events import Event, EventKind
 from releasebot.leader.memory import AlwaysLeader
 from releasebot.notify.slack import SlackNotifier, make_web_client
+from releasebot.service.delivery import deliver_guarded
 from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.notifications import DeliveryOutage, NotificationService
 from releasebot.service.reconcile import CycleReport
@@ -34,8 +35,8 @@ from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.lock import CycleGuard
 from releasebot.store.sql import SqlStateStore
+from releasebot.wiring import utc_now
 from releasebot.wiring.guard import SharedGuard
-from releasebot.wiring.slack import deliver_guarded
 from tests.support.runprocess import wait_for
 from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
 
@@ -120,7 +121,7 @@ def test_every_notification_goes_out_whatever_the_interval(
             holder=guard.holder,
             store=store,
             metrics=metrics,
-            deliver=lambda: deliver_guarded(guard, service, outage),
+            deliver=lambda: deliver_guarded(guard.hold, service, outage, utc_now),
             options=RunnerOptions(
                 interval=interval,
                 jitter=timedelta(0),

@@ -1,8 +1,13 @@
-"""``releasebot run`` opens ONE database engine for everything it does.
+"""``releasebot run`` opens ONE database engine, ONE reconcile service and one Kubernetes
+client per API server configuration for everything it does.
 
 The cycle's store, the runner's guard and gauges, notification delivery (every few
-seconds, under the cycle guard) and the chat commands' service all share it; before, every
-delivery round built and disposed of an engine of its own. Here ``run_service`` runs in a
+seconds, under the cycle guard) and the chat commands' service all share the engine;
+before, every delivery round built and disposed of an engine of its own. The chat commands
+use the cycle's reconcile service, and the build Jobs, the fleet and the proof's Node
+annotations share one Kubernetes client (the settings' check at start makes and closes one
+more; with ``leader_election = "none"`` there is no Lease client); before, the chat commands
+had a reconcile service of their own and each part its own client. Here ``run_service`` runs in a
 thread of the test (the only way to count what it builds) against real parts: SQLite, the
 feeds over HTTP, the OCI registry, and the fakes over real HTTP for the Kubernetes API and
 Slack. Engines are counted where SQLAlchemy makes them; delivery rounds where the
@@ -22,7 +27,9 @@ from typing import Any
 import pytest
 
 from releasebot.config import Settings, load_settings
+from releasebot.edge import kube as kube_module
 from releasebot.service.notifications import DeliveryReport, NotificationService
+from releasebot.service.reconcile import ReconcileService
 from releasebot.service.runner import RunnerOptions
 from releasebot.store import engine as engine_module
 from releasebot.wiring import run as run_module
@@ -68,6 +75,8 @@ def settings_for(
         "RELEASEBOT_RUN_IDENTITY": "replica-a",
         "RELEASEBOT_SLACK_BOT_TOKEN": BOT_TOKEN,
         "RELEASEBOT_SLACK_SIGNING_SECRET": SECRET,  # the chat commands are wired too
+        "RELEASEBOT_FLEET_ENABLED": "true",  # the fleet's client, and the proof's annotator
+        "RELEASEBOT_FLEET_PROOF": "true",
     }
     return load_settings(config, environ=environ)
 
@@ -101,6 +110,22 @@ def test_ten_delivery_periods_of_run_open_one_engine(
         return deliver(self, now)
 
     monkeypatch.setattr(NotificationService, "deliver", counting_deliver)
+    clients: list[object] = []
+    make_kube_client = kube_module.make_kube_client
+
+    def counting_make_kube_client(*args: Any, **kwargs: Any) -> Any:
+        clients.append(args)
+        return make_kube_client(*args, **kwargs)
+
+    monkeypatch.setattr(kube_module, "make_kube_client", counting_make_kube_client)
+    services: list[ReconcileService] = []
+    reconcile_init = ReconcileService.__init__
+
+    def counting_init(self: ReconcileService, *args: Any, **kwargs: Any) -> None:
+        services.append(self)
+        reconcile_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ReconcileService, "__init__", counting_init)
     runner_options = run_module.runner_options
 
     def fast(settings: Settings) -> RunnerOptions:
@@ -127,3 +152,5 @@ def test_ten_delivery_periods_of_run_open_one_engine(
     assert len(posted) == 1  # the deliveries were real ones, and told the build once
     assert len(rounds) >= PERIODS
     assert len(engines) == 1
+    assert len(services) == 1
+    assert len(clients) == 2  # the settings' check (closed at once), then the shared one

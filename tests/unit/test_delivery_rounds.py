@@ -47,7 +47,7 @@ def guard(tmp_path: Path) -> Iterator[CycleGuard]:
 
 
 class Rounds:
-    """A delivery hook holding the guard as ``wiring.slack.deliver_guarded`` does."""
+    """A delivery hook holding the guard as ``service.delivery.deliver_guarded`` does."""
 
     def __init__(self, guard: CycleGuard, backlog: int = 3) -> None:
         self.guard = guard

@@ -1,4 +1,4 @@
-"""The demo's simulated builds (``wiring.web.seed_demo_builds``): every text a seeded build
+"""The demo's simulated builds (``demo.history.seed_demo_builds``): every text a seeded build
 carries (its log tail, its message) names only its own target's driver, Flatcar version,
 kernel and tag, never another target's, whatever targets the demo planned."""
 
@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from releasebot.demo.history import seed_demo_builds
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.models import Target, TargetRecord
 from releasebot.domain.versions import Arch
 from releasebot.store.memory import MemoryStateStore
-from releasebot.wiring.web import seed_demo_builds
 from tests.support.targets import make_target
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -46,7 +46,7 @@ def _texts(build: BuildRecord) -> list[str]:
 def test_every_seeded_build_names_only_its_own_target(plan: list[Target]) -> None:
     store = MemoryStateStore()
     store.sync_targets(plan, NOW)
-    changed = seed_demo_builds(store)
+    changed = seed_demo_builds(store, NOW)
     assert len(changed) == len(plan) - 1  # the last one stays missing
     records: dict[str, TargetRecord] = {record.tag: record for record in store.targets()}
     other_tags = set(records)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from releasebot.cli.tables import target_json
 from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
 from releasebot.domain.events import EventKind, MessageRef, StoredEvent, build_event
 from releasebot.domain.fleet_records import FleetObservation, FleetRecord
@@ -448,3 +449,15 @@ def test_every_section_the_banner_points_to_exists_in_the_operations_guide() -> 
     assert len(named) >= 3
     for name in named:
         assert any(heading.startswith(name) for heading in headings), name
+
+
+def test_reasons_are_strongest_first_on_the_page_its_api_and_the_cli() -> None:
+    every = frozenset(TargetReason)
+    record = target(reasons=every)
+    strongest_first = ["pending-reboot", "fleet", "channel"]
+    [row] = matrix_view([record], [], {})["rows"]
+    assert row["cells"][0]["reasons"] == strongest_first
+    detail = target_detail(record, [], [], None, repository="r.test/d", release=None)
+    assert detail["reasons"] == strongest_first
+    assert target_json(record, NOW)["reasons"] == strongest_first
+    assert target_json(target(), NOW)["reasons"] == []

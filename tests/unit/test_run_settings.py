@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.config import load_settings
+from releasebot.config.pod import kubeconfig_path, lease_namespace, replica_identity
 from releasebot.domain.errors import ConfigError
 from releasebot.wiring import run_identity
 
@@ -66,3 +67,29 @@ def test_identity_comes_from_the_setting_then_the_pod_name(monkeypatch: pytest.M
     assert run_identity(settings) == "replica-1"
     monkeypatch.delenv("POD_NAME")
     assert run_identity(load_settings(None, environ={}))  # the host name
+
+
+def test_the_setting_wins_over_the_environment_for_the_kubeconfig_and_the_name(
+    tmp_path: Path,
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\n", encoding="utf-8")
+    environ = {"KUBECONFIG": "/env/kubeconfig", "POD_NAME": "pod-a", "POD_NAMESPACE": "ops"}
+    plain = load_settings(None, environ={})
+    set_ = load_settings(
+        None,
+        environ={
+            "RELEASEBOT_KUBERNETES_KUBECONFIG": str(kubeconfig),
+            "RELEASEBOT_RUN_IDENTITY": "replica-1",
+            "RELEASEBOT_KUBERNETES_NAMESPACE": "builds",
+        },
+    )
+    assert kubeconfig_path(set_, environ) == str(kubeconfig)
+    assert kubeconfig_path(plain, environ) == "/env/kubeconfig"
+    assert kubeconfig_path(plain, {}) is None  # the in-cluster service account
+    assert replica_identity(set_, environ) == "replica-1"
+    assert replica_identity(plain, environ) == "pod-a"
+    assert replica_identity(plain, {}, hostname=lambda: "host-1") == "host-1"
+    # The Lease's namespace has no setting: the Pod's own, else the build namespace.
+    assert lease_namespace(set_, environ) == "ops"
+    assert lease_namespace(set_, {}) == "builds"

@@ -340,7 +340,7 @@ def test_a_retention_flag_that_holds_no_time_runs_retention_and_is_overwritten(
 def test_retention_checks_do_not_fall_in_step_with_delivery_rounds(
     replica: Callable[..., Replica], guard_engine: Engine
 ) -> None:
-    """Delivery holds the guard for each round (``wiring.slack``). With both jobs on the
+    """Delivery holds the guard for each round (``service.delivery``). With both jobs on the
     same period, started together, every retention check would meet a round holding the
     guard and be skipped as busy, for as long as the process runs."""
     guard = CycleGuard(guard_engine)
