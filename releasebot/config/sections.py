@@ -184,7 +184,8 @@ class KubernetesSettings:
     Default ``releasebot``: the namespace the manifests in config/ install into (they set
     ``RELEASEBOT_KUBERNETES_NAMESPACE`` to the Pod's own)."""
     kubeconfig: str = setting("")
-    """Path to a kubeconfig. Empty: the in-cluster service account, else ``$KUBECONFIG``."""
+    """Path to a kubeconfig. Empty: ``$KUBECONFIG`` when set, else the in-cluster service
+    account (the setting wins over the environment: ``config/pod.py``)."""
 
 
 @dataclass(frozen=True)
