@@ -23,7 +23,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from releasebot.domain.coverage import Exposure
-from releasebot.domain.events import Event, EventKind, Payload
+from releasebot.domain.events import (
+    Event,
+    FleetCovered,
+    FleetExposed,
+    FleetReadable,
+    FleetUnreadable,
+)
 from releasebot.domain.ports import StateStore
 
 log = logging.getLogger("releasebot.fleet")
@@ -49,9 +55,13 @@ class FleetAlerts:
             return
         now = self._clock()
         since = now.isoformat()
-        payload: Payload = {"error": problem, "failing_since": since}
-        key = _key("listing", since)
-        event = Event(EventKind.FLEET_UNREADABLE, key, "the fleet", now, payload)
+        event = FleetUnreadable(
+            message_key=_key("listing", since),
+            subject="the fleet",
+            created_at=now,
+            error=problem,
+            failing_since=now,
+        )
         self._store.set_flag(UNREADABLE_FLAG, since, now, events=[event])
 
     def listing_worked(self) -> None:
@@ -59,9 +69,12 @@ class FleetAlerts:
         if since is None:
             return
         now = self._clock()
-        payload: Payload = {"failing_since": since}
-        key = _key("listing", since)
-        event = Event(EventKind.FLEET_READABLE, key, "the fleet", now, payload)
+        event = FleetReadable(
+            message_key=_key("listing", since),
+            subject="the fleet",
+            created_at=now,
+            failing_since=_time(since),
+        )
         self._store.set_flag(UNREADABLE_FLAG, None, now, events=[event])
 
     def exposures(self, exposures: Sequence[Exposure], *, complete: bool = True) -> list[Event]:
@@ -72,17 +85,21 @@ class FleetAlerts:
         told = _read(self._store.flag(EXPOSED_FLAG))
         now = self._clock()
         current = {exposure.key: exposure for exposure in exposures}
-        events = []
+        events: list[Event] = []
         for version, exposure in current.items():
             if version not in told:
                 told[version] = now.isoformat()
                 events.append(_exposed(exposure, told[version], now))
         for version in sorted(set(told) - set(current)) if complete else ():
             since = told.pop(version)
-            payload: Payload = {"flatcar_version": version, "exposed_since": since}
-            subject = f"Flatcar {version}"
             events.append(
-                Event(EventKind.FLEET_COVERED, _key(version, since), subject, now, payload)
+                FleetCovered(
+                    message_key=_key(version, since),
+                    subject=f"Flatcar {version}",
+                    created_at=now,
+                    flatcar_version=version,
+                    exposed_since=_time(since),
+                )
             )
         if events:
             kept = dict(sorted(told.items())[-FLAG_MAX_VERSIONS:])
@@ -93,21 +110,32 @@ class FleetAlerts:
         return events
 
 
-def _exposed(exposure: Exposure, since: str, now: datetime) -> Event:
+def _exposed(exposure: Exposure, since: str, now: datetime) -> FleetExposed:
     problem = next((image.problem for image in exposure.images if image.problem), None)
-    payload: Payload = {
-        "flatcar_version": exposure.version.text,
-        "verdict": exposure.verdict.value,
-        "running": list(exposure.running[:NODES_SHOWN]),
-        "running_count": len(exposure.running),
-        "pending": list(exposure.pending[:NODES_SHOWN]),
-        "pending_count": len(exposure.pending),
-        "images": [f"{image.tag or 'no image'} {image.verdict.value}" for image in exposure.images],
-        "error": problem,
-        "exposed_since": since,
-    }
-    subject = f"Flatcar {exposure.version.text}"
-    return Event(EventKind.FLEET_EXPOSED, _key(exposure.key, since), subject, now, payload)
+    return FleetExposed(
+        message_key=_key(exposure.key, since),
+        subject=f"Flatcar {exposure.version.text}",
+        created_at=now,
+        flatcar_version=exposure.version.text,
+        verdict=exposure.verdict.value,
+        running=exposure.running[:NODES_SHOWN],
+        running_count=len(exposure.running),
+        pending=exposure.pending[:NODES_SHOWN],
+        pending_count=len(exposure.pending),
+        images=tuple(
+            f"{image.tag or 'no image'} {image.verdict.value}" for image in exposure.images
+        ),
+        error=problem,
+        exposed_since=_time(since),
+    )
+
+
+def _time(since: str) -> datetime | None:
+    """The time a flag holds; ``None`` when it holds none (the message says "a while")."""
+    try:
+        return datetime.fromisoformat(since)
+    except ValueError:
+        return None
 
 
 def _key(what: str, since: str) -> str:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from releasebot.domain.errors import FeedFormatError, ReleasebotError, UnknownTargetError
-from releasebot.domain.events import Event, EventKind, feed_key
+from releasebot.domain.events import FeedFailing, FeedRecovered, feed_key
 from releasebot.domain.fleet_plan import FleetPlan, fleet_channels
 from releasebot.domain.models import (
     DriverRelease,
@@ -245,13 +245,15 @@ class PlanService:
         since = datetime.fromisoformat(since_text)
         if now - since < self._feed_alert_after or self._store.flag(f"{ALERTED_FLAG}{feed}"):
             return
-        payload: dict[str, str | int | list[str] | None] = {
-            "feed": feed,
-            "error": error,
-            "failing_since": since_text,
-            "consecutive_failures": (state.consecutive_failures if state else 0) + 1,
-        }
-        event = Event(EventKind.FEED_FAILING, _alert_key(feed, since_text), feed, now, payload)
+        event = FeedFailing(
+            message_key=_alert_key(feed, since_text),
+            subject=feed,
+            created_at=now,
+            feed=feed,
+            error=error,
+            failing_since=since,
+            consecutive_failures=(state.consecutive_failures if state else 0) + 1,
+        )
         self._store.set_flag(f"{ALERTED_FLAG}{feed}", since_text, now, events=[event])
 
     def _clear_alert(self, feed: str, now: datetime) -> None:
@@ -262,12 +264,13 @@ class PlanService:
             self._store.set_flag(f"{FAILING_FLAG}{feed}", None, now)
         since_text = self._store.flag(f"{ALERTED_FLAG}{feed}")
         if since_text is not None:
-            payload: dict[str, str | int | list[str] | None] = {
-                "feed": feed,
-                "failing_since": since_text,
-            }
-            key = _alert_key(feed, since_text)
-            event = Event(EventKind.FEED_RECOVERED, key, feed, now, payload)
+            event = FeedRecovered(
+                message_key=_alert_key(feed, since_text),
+                subject=feed,
+                created_at=now,
+                feed=feed,
+                failing_since=datetime.fromisoformat(since_text),
+            )
             self._store.set_flag(f"{ALERTED_FLAG}{feed}", None, now, events=[event])
 
     def _record_body(self, spec: FeedSpec, result: FetchedBody, now: datetime) -> int:
