@@ -15,8 +15,8 @@ no field names is ignored; only an unknown kind is refused (the store names the 
 
 ``message_key`` groups the events of one build (a target's attempt): they edit one chat
 message in place, the first event posts it. Events of a feed group under the feed's name,
-the fleet's under the alert's subject and start. A build's events are made by
-``build_event`` here.
+the fleet's under the alert's subject and start. The feed and fleet alerts are made by
+``domain.told`` (told once), a build's by ``build_event`` here.
 """
 
 from __future__ import annotations
