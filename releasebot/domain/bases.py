@@ -42,7 +42,7 @@ from releasebot.domain.builds import (
     retry_delay,
 )
 from releasebot.domain.decisions import Action, Decision
-from releasebot.domain.events import Event, EventKind
+from releasebot.domain.events import BaseFailed, Event
 from releasebot.domain.lifecycle import Change, LifecycleRules
 from releasebot.domain.models import Target, TargetRecord, TargetState
 from releasebot.domain.versions import Arch
@@ -300,21 +300,21 @@ def base_failed(
     )
 
 
-def base_failed_event(record: BaseRecord, now: datetime) -> Event:
+def base_failed_event(record: BaseRecord, now: datetime) -> BaseFailed:
     """The one alert of a base that failed for good (not one per waiting target)."""
     spec = record.spec
-    payload = {
-        "driver_version": spec.driver_version.text,
-        "arch": spec.arch.value,
-        "recipe_revision": spec.revision,
-        "attempt": record.attempts,
-        "error": record.last_error,
-        "reason": None if record.reason is None else record.reason.value,
-        "log_tail": record.log_tail,
-        "jobs": [record.job_name] if record.job_name else [],
-    }
-    return Event(
-        EventKind.BASE_FAILED, f"base:{spec.tag}#{record.attempts}", spec.tag, now, payload
+    return BaseFailed(
+        message_key=f"base:{spec.tag}#{record.attempts}",
+        subject=spec.tag,
+        created_at=now,
+        driver_version=spec.driver_version.text,
+        arch=spec.arch.value,
+        recipe_revision=spec.revision,
+        attempt=record.attempts,
+        error=record.last_error,
+        reason=None if record.reason is None else record.reason.value,
+        log_tail=record.log_tail,
+        jobs=(record.job_name,) if record.job_name else (),
     )
 
 

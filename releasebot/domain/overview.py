@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from releasebot.domain.builds import BuildRecord, BuildState
-from releasebot.domain.events import EventKind, MessageRef, StoredEvent
+from releasebot.domain.events import MessageRef, StoredEvent, TagPublished
 from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import (
     FeedState,
@@ -176,9 +176,8 @@ def target_detail(
     target = record.target
     signed_by = None
     for stored in events:
-        if stored.event.kind is EventKind.TAG_PUBLISHED:
-            value = stored.event.payload.get("signed_by")
-            signed_by = text(value, 200) if isinstance(value, str) else signed_by
+        if isinstance(stored.event, TagPublished) and stored.event.signed_by is not None:
+            signed_by = text(stored.event.signed_by, 200)
     attempts: dict[int, list[Json]] = {}
     for build in builds:
         attempts.setdefault(build.attempt, []).append(

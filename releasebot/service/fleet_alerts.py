@@ -7,33 +7,39 @@
   planning falls back to the channel policy meanwhile.
 
 What is being told lives in two flags: ``fleet-exposed`` (a JSON map of version to the time
-the exposure began) and ``fleet-unreadable`` (when the failures began). An alert and its
-flag are written in one transaction (``set_flag`` with the event), as the feed alerts are,
-so a crash neither loses nor repeats one; the start and the end of one alert share a
-message key, so the chat edits one message. A flag that does not read as releasebot wrote
-it is taken as empty. Deliberately not here: deciding who is exposed (``domain.coverage``)
-and rendering (``notify.render``).
+the exposure began) and ``fleet-unreadable`` (when the failures began); when to tell and
+what is ``domain.told``'s (pure). This module reads the flags and writes each change with
+its events in one transaction (``set_flag`` with the events), as the feed alerts are, so a
+crash neither loses nor repeats one. Deliberately not here: deciding who is exposed
+(``domain.coverage``), when an alert starts or ends (``domain.told``) and rendering
+(``notify.render``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from releasebot.domain.coverage import Exposure
-from releasebot.domain.events import Event, EventKind, Payload
+from releasebot.domain.events import Event
 from releasebot.domain.ports import StateStore
+from releasebot.domain.told import (
+    EXPOSED_MAX_VERSIONS,
+    NODES_SHOWN,
+    Flag,
+    FlagChange,
+    exposures_seen,
+    listing_failed,
+    listing_worked,
+)
 
 log = logging.getLogger("releasebot.fleet")
 
-EXPOSED_FLAG = "fleet-exposed"
-UNREADABLE_FLAG = "fleet-unreadable"
-NODES_SHOWN = 20
-"""Node names an alert carries; the rest are counted (a chat message is not a report)."""
-FLAG_MAX_VERSIONS = 200
-"""Versions kept in the exposed flag: far more than a fleet runs at once."""
+EXPOSED_FLAG = Flag.FLEET_EXPOSED
+UNREADABLE_FLAG = Flag.FLEET_UNREADABLE
+FLAG_MAX_VERSIONS = EXPOSED_MAX_VERSIONS
+__all__ = ["EXPOSED_FLAG", "FLAG_MAX_VERSIONS", "NODES_SHOWN", "UNREADABLE_FLAG", "FleetAlerts"]
 
 
 class FleetAlerts:
@@ -44,84 +50,25 @@ class FleetAlerts:
         self._clock = clock
 
     def listing_failed(self, problem: str) -> None:
-        since = self._store.flag(UNREADABLE_FLAG)
-        if since is not None:
-            return
         now = self._clock()
-        since = now.isoformat()
-        payload: Payload = {"error": problem, "failing_since": since}
-        key = _key("listing", since)
-        event = Event(EventKind.FLEET_UNREADABLE, key, "the fleet", now, payload)
-        self._store.set_flag(UNREADABLE_FLAG, since, now, events=[event])
+        self._apply(listing_failed(self._store.flag(UNREADABLE_FLAG), now, problem), now)
 
     def listing_worked(self) -> None:
-        since = self._store.flag(UNREADABLE_FLAG)
-        if since is None:
-            return
         now = self._clock()
-        payload: Payload = {"failing_since": since}
-        key = _key("listing", since)
-        event = Event(EventKind.FLEET_READABLE, key, "the fleet", now, payload)
-        self._store.set_flag(UNREADABLE_FLAG, None, now, events=[event])
+        self._apply(listing_worked(self._store.flag(UNREADABLE_FLAG), now), now)
 
     def exposures(self, exposures: Sequence[Exposure], *, complete: bool = True) -> list[Event]:
-        """Tell the exposures that began and those that ended since the last call; returns
-        the events written (none when nothing changed). From a fleet view that is not
-        ``complete`` (a Node skipped, the listing cut short) none is told ended: the node
-        that was exposed may be the one not seen."""
-        told = _read(self._store.flag(EXPOSED_FLAG))
+        """Tell the exposures that began and those that ended since the last call
+        (``told.exposures_seen``); returns the events written (none when nothing
+        changed)."""
         now = self._clock()
-        current = {exposure.key: exposure for exposure in exposures}
-        events = []
-        for version, exposure in current.items():
-            if version not in told:
-                told[version] = now.isoformat()
-                events.append(_exposed(exposure, told[version], now))
-        for version in sorted(set(told) - set(current)) if complete else ():
-            since = told.pop(version)
-            payload: Payload = {"flatcar_version": version, "exposed_since": since}
-            subject = f"Flatcar {version}"
-            events.append(
-                Event(EventKind.FLEET_COVERED, _key(version, since), subject, now, payload)
-            )
-        if events:
-            kept = dict(sorted(told.items())[-FLAG_MAX_VERSIONS:])
-            value = json.dumps(kept, sort_keys=True) if kept else None
-            self._store.set_flag(EXPOSED_FLAG, value, now, events=events)
-            for event in events:
-                log.warning("fleet alert: %s %s", event.kind.value, event.subject)
+        change = exposures_seen(self._store.flag(EXPOSED_FLAG), now, exposures, complete=complete)
+        self._apply(change, now)
+        events = [] if change is None else list(change.events)
+        for event in events:
+            log.warning("fleet alert: %s %s", event.kind.value, event.subject)
         return events
 
-
-def _exposed(exposure: Exposure, since: str, now: datetime) -> Event:
-    problem = next((image.problem for image in exposure.images if image.problem), None)
-    payload: Payload = {
-        "flatcar_version": exposure.version.text,
-        "verdict": exposure.verdict.value,
-        "running": list(exposure.running[:NODES_SHOWN]),
-        "running_count": len(exposure.running),
-        "pending": list(exposure.pending[:NODES_SHOWN]),
-        "pending_count": len(exposure.pending),
-        "images": [f"{image.tag or 'no image'} {image.verdict.value}" for image in exposure.images],
-        "error": problem,
-        "exposed_since": since,
-    }
-    subject = f"Flatcar {exposure.version.text}"
-    return Event(EventKind.FLEET_EXPOSED, _key(exposure.key, since), subject, now, payload)
-
-
-def _key(what: str, since: str) -> str:
-    """One chat message per alert: its subject plus when it began."""
-    return f"fleet:{what}@{since}"
-
-
-def _read(value: str | None) -> dict[str, str]:
-    if value is None:
-        return {}
-    try:
-        data = json.loads(value)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+    def _apply(self, change: FlagChange | None, now: datetime) -> None:
+        if change is not None:  # the flag and its events in one transaction
+            self._store.set_flag(change.name, change.value, now, events=change.events)

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from releasebot.domain.errors import FeedFormatError, ReleasebotError, UnknownTargetError
-from releasebot.domain.events import Event, EventKind, feed_key
 from releasebot.domain.fleet_plan import FleetPlan, fleet_channels
 from releasebot.domain.models import (
     DriverRelease,
@@ -48,6 +47,7 @@ from releasebot.domain.ports import (
     FlatcarFeedParser,
     StateStore,
 )
+from releasebot.domain.told import Flag, FlagChange, feed_answered, feed_failed, feed_flag
 from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.service.fleet import FleetService, FleetSnapshot
 from releasebot.service.releases import (
@@ -60,13 +60,6 @@ from releasebot.service.releases import (
 log = logging.getLogger("releasebot.plan")
 
 NVIDIA_FEED = "nvidia"
-FAILING_FLAG = "feed-failing:"
-ALERTED_FLAG = "feed-alerted:"
-
-
-def _alert_key(feed: str, since: str) -> str:
-    """One chat message per outage: the feed's key plus when the failures began."""
-    return f"{feed_key(feed)}@{since}"
 
 
 class FeedKind(enum.Enum):
@@ -232,45 +225,32 @@ class PlanService:
     def _alert_if_failing_too_long(
         self, feed: str, error: str, state: FeedState | None, now: datetime
     ) -> None:
-        """Tell a human once when ``feed`` has failed for ``feed_alert_after``.
-
-        The flag ``feed-failing:<feed>`` remembers when the failures began; the alert and
-        its flag ``feed-alerted:<feed>`` are written in one transaction, so a crash neither
-        loses nor repeats it.
-        """
+        """Tell a human once when ``feed`` has failed for ``feed_alert_after``
+        (``told.feed_failed``: the flags, the alert and their transactions)."""
         if self._feed_alert_after is None:
             return
-        since_text = self._store.flag(f"{FAILING_FLAG}{feed}")
-        if since_text is None:
-            since_text = now.isoformat()
-            self._store.set_flag(f"{FAILING_FLAG}{feed}", since_text, now)
-        since = datetime.fromisoformat(since_text)
-        if now - since < self._feed_alert_after or self._store.flag(f"{ALERTED_FLAG}{feed}"):
-            return
-        payload: dict[str, str | int | list[str] | None] = {
-            "feed": feed,
-            "error": error,
-            "failing_since": since_text,
-            "consecutive_failures": (state.consecutive_failures if state else 0) + 1,
-        }
-        event = Event(EventKind.FEED_FAILING, _alert_key(feed, since_text), feed, now, payload)
-        self._store.set_flag(f"{ALERTED_FLAG}{feed}", since_text, now, events=[event])
+        changes = feed_failed(
+            feed,
+            failing=self._store.flag(feed_flag(Flag.FEED_FAILING, feed)),
+            alerted=self._store.flag(feed_flag(Flag.FEED_ALERTED, feed)),
+            now=now,
+            alert_after=self._feed_alert_after,
+            error=error,
+            failures=(state.consecutive_failures if state else 0) + 1,
+        )
+        self._apply(changes, now)
 
     def _clear_alert(self, feed: str, now: datetime) -> None:
         """The feed answered: forget its failure streak; tell if a human was alerted."""
         if self._feed_alert_after is None:
             return
-        if self._store.flag(f"{FAILING_FLAG}{feed}") is not None:
-            self._store.set_flag(f"{FAILING_FLAG}{feed}", None, now)
-        since_text = self._store.flag(f"{ALERTED_FLAG}{feed}")
-        if since_text is not None:
-            payload: dict[str, str | int | list[str] | None] = {
-                "feed": feed,
-                "failing_since": since_text,
-            }
-            key = _alert_key(feed, since_text)
-            event = Event(EventKind.FEED_RECOVERED, key, feed, now, payload)
-            self._store.set_flag(f"{ALERTED_FLAG}{feed}", None, now, events=[event])
+        failing = self._store.flag(feed_flag(Flag.FEED_FAILING, feed))
+        alerted = self._store.flag(feed_flag(Flag.FEED_ALERTED, feed))
+        self._apply(feed_answered(feed, failing=failing, alerted=alerted, now=now), now)
+
+    def _apply(self, changes: Sequence[FlagChange], now: datetime) -> None:
+        for change in changes:  # each with its event, in one transaction
+            self._store.set_flag(change.name, change.value, now, events=change.events)
 
     def _record_body(self, spec: FeedSpec, result: FetchedBody, now: datetime) -> int:
         try:

@@ -36,6 +36,7 @@ from releasebot.domain.errors import ReleasebotError, TargetBusyError
 from releasebot.domain.lifecycle import LifecycleRules
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
+from releasebot.domain.told import Flag
 from releasebot.domain.versions import Arch
 from releasebot.service.attempts import Attempts, ReconcileOptions
 from releasebot.service.bases import driver_bases
@@ -46,7 +47,7 @@ __all__ = ["PAUSED_FLAG", "CycleReport", "ReconcileOptions", "ReconcileService"]
 
 log = logging.getLogger("releasebot.reconcile")
 
-PAUSED_FLAG = "paused"
+PAUSED_FLAG = Flag.PAUSED
 _DEFAULT_OPTIONS = ReconcileOptions()
 FULL_PASS_EVERY = timedelta(hours=1)
 """How often a cycle reads everything again (``run.full_pass_seconds``' default)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from releasebot.domain.errors import DeleteRefusedError, ReleasebotError
-from releasebot.domain.events import Event, EventKind, Payload, deletion_key
+from releasebot.domain.events import TagDeleted, deletion_key
 from releasebot.domain.fleet import ParsedNode
 from releasebot.domain.ports import FleetSource, RegistryJanitor, StateStore
 from releasebot.domain.retention import (
@@ -199,14 +199,15 @@ class RetentionService:
                 report.errors.append(f"{deletion.tag}: attachment {digest}: {error}")
         return removed
 
-    def _event(self, record: DeletionRecord) -> Event:
-        payload: Payload = {
-            "tag": record.tag,
-            "repository": self._janitor.repository,
-            "digest": record.digest,
-            "flatcar_version": record.flatcar_version,
-            "reason": record.reason,
-            "attachments": record.attachments,
-        }
-        key = deletion_key(record.tag, record.digest)
-        return Event(EventKind.TAG_DELETED, key, record.tag, record.deleted_at, payload)
+    def _event(self, record: DeletionRecord) -> TagDeleted:
+        return TagDeleted(
+            message_key=deletion_key(record.tag, record.digest),
+            subject=record.tag,
+            created_at=record.deleted_at,
+            tag=record.tag,
+            repository=self._janitor.repository,
+            digest=record.digest,
+            flatcar_version=record.flatcar_version,
+            reason=record.reason,
+            attachments=record.attachments,
+        )

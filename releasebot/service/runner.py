@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import LeaderElector, StateStore
+from releasebot.domain.told import Flag, retention_due, retention_ran
 from releasebot.edge.stop import Stopped
 from releasebot.service.notifications import BacklogWatch, DeliveryRound
 
@@ -144,8 +145,8 @@ class RunnerOptions:
         return self.interval * 2 + self.jitter + timedelta(seconds=60)
 
 
-RETENTION_FLAG = "retention_next_at"
-"""The store flag holding when retention is due next (ISO 8601, UTC)."""
+RETENTION_FLAG = Flag.RETENTION_NEXT_AT
+"""The store flag holding when retention is due next (ISO 8601, UTC): ``domain.told``."""
 
 
 class Runner:
@@ -430,8 +431,9 @@ class Runner:
             self._gave_back()
         now = self._clock()
         self._retention_next_at = now + wait
+        change = retention_ran(now, wait)
         try:  # kept in the store, so a restart or a new leader does not run it again soon
-            self._store.set_flag(RETENTION_FLAG, (now + wait).isoformat(), now)
+            self._store.set_flag(change.name, change.value, now)
         except ReleasebotError as error:
             log.warning("retention: cannot keep when it runs next: %s", error)
         if outcome == "failed":
@@ -446,16 +448,10 @@ class Runner:
         except ReleasebotError as error:
             log.warning("retention: cannot read when it runs next: %s", error)
             return self._retention_next_at
-        if stored is None:
-            return self._retention_next_at
-        try:
-            due = datetime.fromisoformat(stored)
-        except ValueError:
-            due = None
-        if due is None or due.tzinfo is None:  # not one of ours: run, then overwrite it
+        due = retention_due(stored, self._retention_next_at)
+        if due.unreadable:  # not one of ours: run, then overwrite it
             log.warning("retention: flag %s holds no time; running now", RETENTION_FLAG)
-            return None
-        return due
+        return due.at
 
     # -- probes --------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 from releasebot.domain.bases import BaseRecord
 from releasebot.domain.builds import BuildRecord
 from releasebot.domain.errors import StoreError
-from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.events import Event, MessageRef, StoredEvent, read_event
 from releasebot.domain.fleet import ParsedNode
 from releasebot.domain.fleet_records import FleetRecord
 from releasebot.domain.models import (
@@ -515,12 +515,14 @@ def _new_feed(feed: str, url: str) -> FeedState:
 
 
 def _as_stored(events: Sequence[Event]) -> list[Event]:
-    """The events as the SQL store reads them back: tuples become lists, fresh dicts."""
+    """The events as the SQL store reads them back: through their JSON, texts masked."""
     return [
-        replace(
-            event,
-            created_at=_utc(event.created_at),
-            payload=json.loads(json.dumps(mask_payload(event.payload))),
+        read_event(
+            event.kind,
+            event.message_key,
+            event.subject,
+            _utc(event.created_at),
+            json.loads(json.dumps(mask_payload(event.marshal()))),
         )
         for event in events
     ]

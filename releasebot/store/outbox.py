@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
 
-from releasebot.domain.events import Event, EventKind, MessageRef, Payload, StoredEvent
+from releasebot.domain.events import Event, MessageRef, Payload, StoredEvent, read_event
 from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error, mask_payload
 from releasebot.store.tables import flags, message_refs, outbox
@@ -112,8 +112,9 @@ def encode_payload(payload: Payload) -> str:
     return json.dumps(mask_payload(payload), sort_keys=True, ensure_ascii=False)
 
 
-def decode_payload(text: str) -> Payload:
-    return cast(Payload, json.loads(text))
+def decode_payload(text: str) -> object:
+    """The stored JSON; its shape is ``events.read_event``'s to judge (tolerantly)."""
+    return json.loads(text)
 
 
 def _event_values(event: Event) -> dict[str, Any]:
@@ -122,7 +123,7 @@ def _event_values(event: Event) -> dict[str, Any]:
         "message_key": event.message_key,
         "subject": event.subject,
         # JSON escapes control characters, so even a NUL reaches PostgreSQL as text.
-        "payload": encode_payload(event.payload),
+        "payload": encode_payload(event.marshal()),
         "created_at": event.created_at,
     }
 
@@ -131,12 +132,8 @@ def _event_values(event: Event) -> dict[str, Any]:
 def _stored_event(row: Row[Any]) -> StoredEvent:
     return StoredEvent(
         id=row.id,
-        event=Event(
-            kind=EventKind(row.kind),
-            message_key=row.message_key,
-            subject=row.subject,
-            created_at=row.created_at,
-            payload=decode_payload(row.payload),
+        event=read_event(
+            row.kind, row.message_key, row.subject, row.created_at, decode_payload(row.payload)
         ),
         attempts=row.attempts,
         next_attempt_at=row.next_attempt_at,

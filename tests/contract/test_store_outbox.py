@@ -15,7 +15,15 @@ import pytest
 from sqlalchemy import text
 
 from releasebot.domain.errors import StoreError
-from releasebot.domain.events import Event, EventKind, MessageRef, build_key, feed_key
+from releasebot.domain.events import (
+    Event,
+    EventKind,
+    FeedFailing,
+    MessageRef,
+    build_key,
+    feed_key,
+    read_event,
+)
 from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
 from releasebot.service.notifications import discard_undeliverable
@@ -34,7 +42,7 @@ def event(
     at: datetime = T0,
     **payload: str | int | list[str] | None,
 ) -> Event:
-    return Event(kind, build_key(tag, attempt), tag, at, payload)
+    return read_event(kind, build_key(tag, attempt), tag, at, payload)
 
 
 def test_events_are_saved_with_the_state_change(store: StateStore) -> None:
@@ -44,7 +52,7 @@ def test_events_are_saved_with_the_state_change(store: StateStore) -> None:
     store.save(targets=[building], builds=[build(record)], events=[started])
 
     [stored] = store.pending_events(T0)
-    assert stored.event == replace(started, payload=dict(started.payload))
+    assert stored.event == started
     assert stored.event.payload["arches"] == ["amd64", "arm64"]
     assert stored.event.created_at.tzinfo is UTC
     assert (stored.attempts, stored.next_attempt_at, stored.last_error) == (0, None, None)
@@ -146,7 +154,9 @@ def test_outbox_events_are_per_key(store: StateStore) -> None:
     store.save(
         events=[
             event(attempt=1),
-            Event(EventKind.FEED_FAILING, feed_key("stable"), "stable", T0, {"error": "é\x00"}),
+            read_event(
+                EventKind.FEED_FAILING, feed_key("stable"), "stable", T0, {"error": "é\x00"}
+            ),
             event(EventKind.BUILD_RETRYING, attempt=1),
             event(attempt=2),
         ]
@@ -157,7 +167,8 @@ def test_outbox_events_are_per_key(store: StateStore) -> None:
         EventKind.BUILD_RETRYING,
     ]
     [feed] = store.outbox_events(feed_key("stable"))
-    assert feed.event.payload == {"error": "é\x00"}
+    assert isinstance(feed.event, FeedFailing)
+    assert feed.event.error == "é\x00"
     assert store.outbox_events("nothing#1") == []
 
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from releasebot.domain.errors import StoreError
-from releasebot.domain.events import Event, EventKind, deletion_key
+from releasebot.domain.events import EventKind, deletion_key, read_event
 from releasebot.domain.ports import StateStore
 from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.dryrun import DryRunStore
@@ -59,7 +59,7 @@ def deletion(tag: str, at: datetime, reason: str = "left every feed") -> Deletio
 
 def test_a_deletion_is_recorded_with_its_event(store: StateStore) -> None:
     first = deletion("580.105.08-flatcar4230.2.4", T0)
-    event = Event(EventKind.TAG_DELETED, deletion_key(first.tag, DIGEST), first.tag, T0, {})
+    event = read_event(EventKind.TAG_DELETED, deletion_key(first.tag, DIGEST), first.tag, T0, {})
     store.record_deletion(first, events=[event])
     second = deletion("580.105.08-flatcar4230.2.4-amd64", T0 + timedelta(minutes=1), "x" * 5000)
     store.record_deletion(second)
@@ -77,7 +77,7 @@ def test_a_store_without_a_notifier_records_the_deletion_but_no_event(
 ) -> None:
     store = backend.without_events()
     first = deletion("580.105.08-flatcar4230.2.4", T0)
-    event = Event(EventKind.TAG_DELETED, deletion_key(first.tag, DIGEST), first.tag, T0, {})
+    event = read_event(EventKind.TAG_DELETED, deletion_key(first.tag, DIGEST), first.tag, T0, {})
     store.record_deletion(first, events=[event])
     assert store.deletions() == [first]
     assert store.pending_events(T0 + timedelta(hours=1)) == []

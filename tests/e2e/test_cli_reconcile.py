@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli import main
-from releasebot.domain.events import Event, EventKind
+from releasebot.domain.events import EventKind, read_event
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
 from tests.support.builds import KanikoPlayer
@@ -205,7 +205,7 @@ def test_with_slack_off_no_notification_is_queued_and_old_ones_are_dropped(
     engine = make_engine(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         old = SqlStateStore(engine)  # keeps events, as every store did before
-        queued = Event(EventKind.FEED_FAILING, "feed:nvidia", "nvidia", datetime.now(UTC))
+        queued = read_event(EventKind.FEED_FAILING, "feed:nvidia", "nvidia", datetime.now(UTC), {})
         old.set_flag("feed-failing:nvidia", "x", datetime.now(UTC), events=[queued])
         assert old.outbox_backlog() == 1
         code, out, err = run(capsys, "reconcile", "--once", "-q", "--config", str(config))

@@ -6,7 +6,8 @@ edited in place until it is published (thread replies for the details); Slack an
 429 and 500 for a while (nothing lost, nothing sent twice, builds never wait for Slack);
 the process killed between the state change's commit and delivery (delivered after the
 restart) and between Slack's answer and the outbox update (adopted, not posted twice);
-and a feed failing for longer than the threshold (one alert, one recovery message).
+and a feed failing for longer than the threshold (one alert, one recovery message), its
+streak's flag overwritten when it holds no time.
 """
 
 from __future__ import annotations
@@ -148,6 +149,19 @@ def test_a_feed_failing_too_long_is_told_once_and_its_recovery_too(
     [alert] = [m for m in slack.messages() if m.thread_ts is None and "nvidia" in m.text]
     assert alert.updates >= 1  # the same message, edited: the feed recovered
     assert "recovered" in alert.text.lower()
+
+
+def test_a_failing_flag_that_holds_no_time_starts_the_streak_again(
+    rig: Rig, slack: SlackApi
+) -> None:
+    rig.planner._feed_alert_after = timedelta(hours=6)
+    rig.cycle()
+    rig.store.set_flag("feed-failing:nvidia", "edited by hand", rig.clock.now)
+    rig.feeds.route("/nvidia.json", Reply(503, {}, b"down"))
+    rig.clock.advance(timedelta(hours=2))
+    rig.planner.plan()  # the flag is overwritten, not an error
+    assert rig.store.flag("feed-failing:nvidia") == rig.clock.now.isoformat()
+    assert rig.store.flag("feed-alerted:nvidia") is None  # the streak began just now
 
 
 class _Killing:

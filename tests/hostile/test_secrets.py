@@ -33,7 +33,7 @@ import pytest
 
 from releasebot.config import load_settings
 from releasebot.domain.errors import ConfigError, RegistryAuthError
-from releasebot.domain.events import Event, EventKind, StoredEvent
+from releasebot.domain.events import Event, EventKind, StoredEvent, read_event
 from releasebot.edge.kube import make_kube_client
 from releasebot.edge.redact import Redactor, redact
 from releasebot.logs import configure_logging
@@ -106,7 +106,7 @@ def _feed_failing(text: str) -> Event:
         "failing_since": now.isoformat(),
         "consecutive_failures": 3,
     }
-    return Event(EventKind.FEED_FAILING, "feed:flatcar/stable", "flatcar/stable", now, payload)
+    return read_event(EventKind.FEED_FAILING, "feed:flatcar/stable", "flatcar/stable", now, payload)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from releasebot.domain import errors
-from releasebot.domain.events import Event, EventKind, StoredEvent, build_key
+from releasebot.domain.events import EventKind, StoredEvent, build_key, read_event
 from releasebot.notify.slack import SlackNotifier, make_web_client
 from tests.hostile.conftest import Case, assert_absent, assert_clean_line, body_of, cases
 from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi
@@ -42,7 +42,7 @@ def test_a_hostile_slack_answer_is_one_clean_error(case: Case, slack: SlackApi) 
         sleep=sleeps.append,
     )  # fmt: skip
     notifier = SlackNotifier(client, channel=CHANNEL, repository="registry.example.com/gpu/d")
-    event = Event(EventKind.BUILD_STARTED, build_key(TAG, 1), TAG, T0, {"job": "rb-1"})
+    event = read_event(EventKind.BUILD_STARTED, build_key(TAG, 1), TAG, T0, {"job": "rb-1"})
     if case["error"] is None:  # odd but harmless: delivered
         assert notifier.deliver(StoredEvent(1, event), [event], None).ts
         return

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from releasebot.domain.events import Event, EventKind
+from releasebot.domain.events import EventKind, read_event
 from releasebot.leader.memory import AlwaysLeader
 from releasebot.notify.slack import SlackNotifier, make_web_client
 from releasebot.service.delivery import deliver_guarded
@@ -99,7 +99,7 @@ def test_every_notification_goes_out_whatever_the_interval(
                 "failing_since": now.isoformat(),
                 "consecutive_failures": 3,
             }
-            event = Event(EventKind.FEED_FAILING, key, "flatcar/stable", now, payload)
+            event = read_event(EventKind.FEED_FAILING, key, "flatcar/stable", now, payload)
             store.save(events=[event])
             queued.append(key)
         holding.wait((interval * 0.85).total_seconds())

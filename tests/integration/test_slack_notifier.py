@@ -24,7 +24,7 @@ import pytest
 from slack_sdk import WebClient
 
 from releasebot.domain.errors import ChatRejectedError, ChatUnavailableError
-from releasebot.domain.events import Event, EventKind, build_key
+from releasebot.domain.events import Event, EventKind, build_key, read_event
 from releasebot.notify.render import render_message
 from releasebot.notify.slack import EVENT_TYPE, SlackNotifier, make_web_client
 from releasebot.service.notifications import NotificationService
@@ -81,7 +81,7 @@ def rig() -> Iterator[Rig]:
 
 def event(kind: EventKind, minutes: int = 0, tag: str = TAG, **payload: Any) -> Event:
     facts: dict[str, Any] = {"attempt": 1, "max_attempts": 3, "arches": ["amd64"], **payload}
-    return Event(kind, build_key(tag, 1), tag, T0 + timedelta(minutes=minutes), facts)
+    return read_event(kind, build_key(tag, 1), tag, T0 + timedelta(minutes=minutes), facts)
 
 
 STARTED = event(EventKind.BUILD_STARTED, jobs=["rb-job-amd64-1"])

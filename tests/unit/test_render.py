@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 from slack_sdk.models.blocks import Block
 
 from releasebot.domain.builds import job_name
-from releasebot.domain.events import Event, EventKind, build_key, feed_key
+from releasebot.domain.events import Event, EventKind, build_key, feed_key, read_event
 from releasebot.domain.versions import Arch
 from releasebot.notify.render import (
     HEADER_MAX_CHARS,
@@ -61,7 +62,7 @@ def build_event(kind: EventKind, minutes: int = 0, attempt: int = 1, **payload: 
         "next_attempt_at": None,
     }
     base.update(payload)
-    return Event(kind, build_key(TAG, attempt), TAG, T0 + timedelta(minutes=minutes), base)
+    return read_event(kind, build_key(TAG, attempt), TAG, T0 + timedelta(minutes=minutes), base)
 
 
 def started(attempt: int = 1, arches: tuple[str, ...] = ("amd64",)) -> Event:
@@ -75,7 +76,7 @@ def failure(kind: EventKind, attempt: int = 1, **payload: Any) -> Event:
 
 
 def feed_event(kind: EventKind, minutes: int, **payload: Any) -> Event:
-    return Event(kind, feed_key("stable"), "stable", T0 + timedelta(minutes=minutes), payload)
+    return read_event(kind, feed_key("stable"), "stable", T0 + timedelta(minutes=minutes), payload)
 
 
 FEED_FAILING = feed_event(
@@ -119,7 +120,7 @@ INCOMPATIBLE = failure(
 
 
 def fleet_event(kind: EventKind, minutes: int, key: str, subject: str, **payload: Any) -> Event:
-    return Event(kind, f"fleet:{key}", subject, T0 + timedelta(minutes=minutes), payload)
+    return read_event(kind, f"fleet:{key}", subject, T0 + timedelta(minutes=minutes), payload)
 
 
 SINCE = T0.isoformat()
@@ -157,7 +158,7 @@ FLEET_UNREADABLE = fleet_event(
 )
 
 DELETED_DIGEST = "sha256:" + "e" * 64
-TAG_DELETED = Event(
+TAG_DELETED = read_event(
     EventKind.TAG_DELETED,
     f"retention:580.105.08-flatcar4230.2.4@{DELETED_DIGEST}",
     "580.105.08-flatcar4230.2.4",
@@ -289,7 +290,7 @@ def test_huge_values_stay_within_block_kit_limits() -> None:
         jobs=[f"job-{n}" for n in range(200)],
     )
     long_tag = "5" * 112 + "-flatcar4459.2.1"
-    huge = Event(huge.kind, huge.message_key, long_tag, huge.created_at, huge.payload)
+    huge = replace(huge, subject=long_tag)
     for message in (render_message([huge], REPOSITORY), render_thread_reply(huge, REPOSITORY)):
         check_blocks(message.blocks)
         for block in message.blocks:

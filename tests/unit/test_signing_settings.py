@@ -13,7 +13,7 @@ import pytest
 
 from releasebot.config import load_settings
 from releasebot.domain.errors import ConfigError
-from releasebot.domain.events import Event, EventKind
+from releasebot.domain.events import EventKind, read_event
 from releasebot.notify.render import render_message
 from releasebot.registry.oras import OrasRegistry
 from releasebot.signing.keys import encrypt_key, generate_key
@@ -79,11 +79,13 @@ def test_a_public_key_that_is_not_the_keys_half_is_refused(tmp_path: Path) -> No
 def test_the_published_message_shows_the_signing_key() -> None:
     fingerprint = "sha256:" + "ab" * 32
     payload = {"tag": "t", "digest": "sha256:" + "cd" * 32, "signed_by": fingerprint}
-    event = Event(EventKind.TAG_PUBLISHED, "t#1", "t", datetime(2026, 1, 1, tzinfo=UTC), payload)
+    event = read_event(
+        EventKind.TAG_PUBLISHED, "t#1", "t", datetime(2026, 1, 1, tzinfo=UTC), payload
+    )
     message = render_message([event], "registry.example.com/nvidia/driver")
     assert f"signed by {fingerprint}" in message.text
     assert any(fingerprint in str(block) and "Signed" in str(block) for block in message.blocks)
-    unsigned = Event(
+    unsigned = read_event(
         EventKind.TAG_PUBLISHED, "t#1", "t", event.created_at, {**payload, "signed_by": None}
     )
     plain = render_message([unsigned], "registry.example.com/nvidia/driver")
