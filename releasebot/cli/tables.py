@@ -16,6 +16,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -27,7 +28,47 @@ if TYPE_CHECKING:
 def write_json(value: object, out: TextIO) -> None:
     """``value`` as indented JSON and a newline, in one write (the bytes ``json.dump(value,
     out, indent=2)`` and a newline would write, without its token-by-token writes)."""
-    out.write(json.dumps(value, indent=2) + "\n")
+    text = _flat_rows_json(value) if type(value) is list else None
+    out.write((json.dumps(value, indent=2) if text is None else text) + "\n")
+
+
+def _flat_rows_json(rows: list[Any]) -> str | None:
+    """``json.dumps(rows, indent=2)`` for a list of flat objects (every value a string, an
+    integer, ``None`` or a list of strings), as the targets' JSON is; ``None`` for anything
+    else, which ``json.dumps`` writes.
+
+    With ``indent``, Python 3.11's ``json`` encodes in Python, call by call (about 0.2 s of
+    CPU for ``plan --format json`` at 10,000 targets); here each string goes through the
+    same C escaper ``json.dumps`` uses (``ensure_ascii``), and the layout, which is fixed
+    at this shape, is joined around it.
+    """
+    encode = encode_basestring_ascii
+    parts = []
+    for row in rows:
+        if type(row) is not dict:
+            return None
+        fields = []
+        for key, value in row.items():
+            if type(key) is not str:
+                return None
+            kind = type(value)
+            if kind is str:
+                text = encode(value)
+            elif value is None:
+                text = "null"
+            elif kind is int:  # not bool: ``type`` is exact
+                text = int.__repr__(value)
+            elif kind is list and all(type(item) is str for item in value):
+                text = (
+                    "[\n      " + ",\n      ".join(map(encode, value)) + "\n    ]"
+                    if value
+                    else "[]"
+                )
+            else:
+                return None
+            fields.append(f"    {encode(key)}: {text}")
+        parts.append("  {\n" + ",\n".join(fields) + "\n  }" if fields else "  {}")
+    return "[\n" + ",\n".join(parts) + "\n]" if parts else "[]"
 
 
 def print_targets(targets: Sequence[TargetRecord], fmt: str, out: TextIO) -> None:

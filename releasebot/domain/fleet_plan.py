@@ -23,7 +23,7 @@ node stands (``coverage.py``), the reboot gate (``gate.py``), reading anything.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from releasebot.domain.fleet import FleetNode, IgnoredNode, ParsedNode, channel_for_version
 from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, TargetReason
@@ -100,6 +100,9 @@ class FleetPlan:
     operator_known: bool = True
     """False when the GPU Operator's objects could not be read: each node's driver is a
     guess (the selected drivers), and the reboot gate trusts no guess."""
+    additions: tuple[Target, ...] = field(default=(), compare=False, repr=False)
+    """The fleet's own targets before they were merged into the channel targets: what
+    ``plan_fleet``'s ``same_as`` compares."""
 
     def urgent_tags(self) -> frozenset[str]:
         """Tags a node waiting at FLUO's reboot gate needs for the version it reboots into:
@@ -133,12 +136,17 @@ def plan_fleet(
     repository: str,
     releases: Mapping[FlatcarVersion, FlatcarRelease],
     drivers: Sequence[DriverRelease],
+    same_as: FleetPlan | None = None,
 ) -> FleetPlan:
     """The fleet's needs and the merged plan.
 
     ``operator`` is ``None`` when the GPU Operator's objects could not be read (the
     selected drivers stand in); ``releases`` is every release any Flatcar feed listed;
-    ``drivers`` every release of the NVIDIA feed.
+    ``drivers`` every release of the NVIDIA feed. ``same_as``: a plan made earlier from the
+    same ``channel_targets`` (the caller's promise); when the fleet adds the same targets
+    as it did then, the result's ``targets`` is that plan's (the same tuple, not an
+    equal one), so a caller that keeps what it derived from them sees nothing changed, and
+    the merge, which walks every channel target, is not done again.
     """
     selected = select_drivers(drivers, policy.drivers, _ALL_ARCHES)
     by_version = {driver.version.text: driver for driver in drivers}
@@ -167,8 +175,13 @@ def plan_fleet(
     warnings += _need_warnings(entries)
     if not selected and any(not entry.source for entry in entries):
         warnings.append("fleet: no driver matches nvidia.branches or nvidia.branch_types")
-    targets = _merge(channel_targets, entries, releases, by_version)
-    return FleetPlan(entries, ignored, targets, tuple(warnings), operator is not None)
+    fleet = _fleet_targets(entries, releases, by_version)
+    additions = tuple(fleet.values())
+    if same_as is not None and same_as.additions == additions:
+        targets = same_as.targets
+    else:
+        targets = _merge(channel_targets, fleet)
+    return FleetPlan(entries, ignored, targets, tuple(warnings), operator is not None, additions)
 
 
 # -- one node --------------------------------------------------------------------------------
@@ -328,14 +341,13 @@ def _some(names: Collection[str]) -> str:
 # -- the merged plan ---------------------------------------------------------------------------
 
 
-def _merge(
-    channel_targets: Sequence[Target],
+def _fleet_targets(
     entries: Sequence[NodeNeeds],
     releases: Mapping[FlatcarVersion, FlatcarRelease],
     by_version: Mapping[str, DriverRelease],
-) -> tuple[Target, ...]:
-    """The channel targets, with the fleet's arches and reasons added to those it needs
-    too, and a target of its own for every other buildable need."""
+) -> dict[str, Target]:
+    """A target for every buildable need, by tag, with the arches and reasons of every
+    node that needs it."""
     fleet: dict[str, Target] = {}
     for entry in entries:
         for need in entry.needs:
@@ -351,6 +363,15 @@ def _merge(
                 arches=(*known.arches, need.arch),
                 reasons=known.reasons | {reason},
             )
+    return fleet
+
+
+def _merge(
+    channel_targets: Sequence[Target], additions: Mapping[str, Target]
+) -> tuple[Target, ...]:
+    """The channel targets, with the fleet's arches and reasons added to those it needs
+    too, and the fleet's other targets."""
+    fleet = dict(additions)
     merged = []
     for target in channel_targets:
         extra = fleet.pop(target.tag, None)

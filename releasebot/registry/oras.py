@@ -6,17 +6,18 @@ index of a multi-arch tag. It speaks the distribution API directly for those fou
 manifest HEAD with every manifest media type in ``Accept``, paginated ``tags/list``, a
 manifest and config-blob GET, and a manifest PUT.
 
-What it takes from oras-py: the ``requests`` session ``oras.provider.Registry`` sets up
-(cookies refused, which Harbor needs; the ``insecure`` / CA / ``tls_verify`` settings) and
-its ``WWW-Authenticate`` parser. What it deliberately does NOT use: ``Registry.do_request``
-and the auth backends. ``do_request`` sleeps about two minutes on a 5xx or a refused
-login, has no timeout, and raises a bare ``ValueError``; its token backend cannot answer a
-``Basic`` challenge and reports a token service that is down the same way as a wrong
-password. So the request loop here is its own: a timeout on every request, ``retries``
-bounded attempts with capped backoff (the shared policy of ``edge.retry``) through an
-injected ``sleep``, ``Basic`` and ``Bearer`` (token service) challenges both answered, and
-every failure translated into the domain's error tree. No ``requests`` or ``oras``
-exception escapes. Every name put into a URL matches the OCI grammar
+What it takes from oras-py: its ``WWW-Authenticate`` parser. The ``requests`` session is
+set up as ``oras.provider.Registry`` sets its own up (cookies refused, which Harbor needs),
+without importing that module (``_registry_session``); the ``insecure`` / CA /
+``tls_verify`` settings go with every request. What it deliberately does NOT use:
+``Registry.do_request`` and the auth backends. ``do_request`` sleeps about two minutes on
+a 5xx or a refused login, has no timeout, and raises a bare ``ValueError``; its token
+backend cannot answer a ``Basic`` challenge and reports a token service that is down the
+same way as a wrong password. So the request loop here is its own: a timeout on every
+request, ``retries`` bounded attempts with capped backoff (the shared policy of
+``edge.retry``) through an injected ``sleep``, ``Basic`` and ``Bearer`` (token service)
+challenges both answered, and every failure translated into the domain's error tree. No
+``requests`` or ``oras`` exception escapes. Every name put into a URL matches the OCI grammar
 (``domain.references``): ``request`` takes only the distribution API's routes with such a
 name, absolute URLs only inside this repository, and ``tags`` skips listed names outside it
 (one warning line), so a hostile listing cannot aim releasebot's credentials elsewhere.
@@ -40,12 +41,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from http.cookiejar import DefaultCookiePolicy
 from typing import Any, NoReturn, cast
 from urllib.parse import urljoin, urlsplit
 
 import oras.auth.utils
-import oras.provider
 import requests
+import urllib3
 from requests.structures import CaseInsensitiveDict
 from requests.utils import parse_header_links
 
@@ -174,7 +176,7 @@ class OrasRegistry:
         self._host = host
         self._base = f"{'http' if insecure else 'https'}://{host}/v2/{name}"
         self._verify: bool | str = (ca_file or True) if tls_verify else False
-        self._session = _oras_session(host, insecure=insecure, verify=self._verify)
+        self._session = _registry_session(verify=self._verify)
         self._timeout = timeout
         self._redirects = redirects
         # A registry is asked many times per cycle: a Retry-After beyond max_backoff is
@@ -655,10 +657,20 @@ def _with_auth(headers: Mapping[str, str], authorization: str | None) -> dict[st
     return {**headers, "Authorization": authorization} if authorization else dict(headers)
 
 
-def _oras_session(host: str, *, insecure: bool, verify: bool | str) -> requests.Session:
-    """The ``requests`` session oras-py sets up for ``host`` (the only untyped call here)."""
-    provider = oras.provider.Registry(hostname=host, insecure=insecure, tls_verify=verify)
-    return cast(requests.Session, provider.session)
+def _registry_session(*, verify: bool | str) -> requests.Session:
+    """A ``requests`` session that refuses every cookie, as oras-py's ``Registry`` sets its
+    own up: some registries (Harbor) take a cookie kept as a sign of a browser and ask for
+    CSRF tokens next. Without TLS verification urllib3's warnings are off, as oras-py turns
+    them off (``registry.tls_verify = false`` says it already).
+
+    Made here rather than taken from ``oras.provider.Registry``: importing that module
+    imports ``jsonschema`` and its metaschemas, 3 MiB of resident memory for the life of
+    ``releasebot run``, for a session this adapter only sends through."""
+    session = requests.Session()
+    session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+    if not verify:
+        urllib3.disable_warnings()
+    return session
 
 
 # -- answers ---------------------------------------------------------------------------

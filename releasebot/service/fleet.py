@@ -156,8 +156,10 @@ class FleetService:
         *,
         releases: Mapping[FlatcarVersion, FlatcarRelease],
         drivers: Sequence[DriverRelease],
+        same_as: FleetPlan | None = None,
     ) -> FleetPlan | None:
-        """The fleet's plan from ``snapshot``; ``None`` when the Nodes could not be listed."""
+        """The fleet's plan from ``snapshot``; ``None`` when the Nodes could not be listed.
+        ``same_as``: as ``plan_fleet`` takes it (the same targets when nothing changed)."""
         if snapshot.nodes is None:
             return None
         return plan_fleet(
@@ -168,6 +170,7 @@ class FleetService:
             repository=self._repository,
             releases=releases,
             drivers=drivers,
+            same_as=same_as,
         )
 
     def settle(

@@ -14,7 +14,11 @@ What the plan read is kept (``_KeptPlan``) with the change counters of the relea
 it came from: while no feed body changed, a cycle neither reads the releases again nor
 plans again, and when the targets' counter has not moved since a ``sync_targets`` that
 wrote nothing, it does not sync again either (the same list comes back, so the registry
-check can tell the plan did not change). ``forget`` drops it (the cycle's full pass).
+check can tell the plan did not change). With a fleet, the Nodes are listed and their
+needs worked out every cycle (cheap: a need per node), but the releases they are looked up
+in are the kept ones, and while the fleet adds the same targets to the channel plan the
+merged plan is the kept one (``plan_fleet``'s ``same_as``), so the rest is kept as without
+a fleet. ``forget`` drops it all (the cycle's full pass).
 
 This module does not print: it reports each feed's outcome to a callback and returns a
 ``PlanResult``; the CLI decides how to show it. Nor does it read the feeds' formats: the
@@ -26,7 +30,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -55,6 +59,7 @@ from releasebot.service.releases import (
     flatcar_feed_name,
     flatcar_feed_names,
     flatcar_releases_by_version,
+    releases_of_feeds,
 )
 
 log = logging.getLogger("releasebot.plan")
@@ -120,11 +125,21 @@ class _KeptPlan:
     drivers: list[DriverRelease]
     planned: list[Target]
     warnings: list[str]
-    kept: list[Target] | None = None
-    """``planned`` once ``skip_incompatible`` ran (without a fleet)."""
+    source: Sequence[Target] | None = None
+    """What ``kept``, ``skipped`` and ``synced`` were made from: ``planned``, or a fleet
+    plan's ``targets`` (compared by identity: ``plan_fleet`` hands the same tuple back while
+    the fleet adds the same targets)."""
+    kept: list[Target] = field(default_factory=list)
+    """``source`` once ``skip_incompatible`` ran."""
     skipped: list[str] = field(default_factory=list)
     synced: list[TargetRecord] | None = None
     synced_at: int | None = None
+    releases: dict[FlatcarVersion, FlatcarRelease] | None = None
+    """Every release of the Flatcar feeds ``releases_of`` names (the fleet's lookup)."""
+    releases_of: frozenset[str] = frozenset()
+    listed: frozenset[FlatcarVersion] = frozenset()
+    fleet: FleetPlan | None = None
+    """The last fleet plan made on ``planned`` (``plan_fleet``'s ``same_as``)."""
 
 
 @dataclass(frozen=True)
@@ -287,24 +302,27 @@ class PlanService:
         warnings += kept.warnings
         fleet = None
         listed = None
+        source: Sequence[Target] = planned
         if self._fleet is not None and snapshot is not None:
-            releases = self._all_releases(extra)
-            listed = frozenset(releases)
+            releases, listed = self._releases(kept, extra)
             fleet = self._fleet.plan(
-                self._policy, planned, snapshot, releases=releases, drivers=drivers
+                self._policy,
+                planned,
+                snapshot,
+                releases=releases,
+                drivers=drivers,
+                same_as=kept.fleet,
             )
             if fleet is not None:
-                planned = list(fleet.targets)
+                kept.fleet = fleet
+                source = fleet.targets
                 warnings += fleet.warnings
-        if fleet is None:
-            if kept.kept is None:
-                kept.kept, kept.skipped = skip_incompatible(planned, self._policy.incompatible)
-            planned, skipped = kept.kept, kept.skipped
-        else:
-            planned, skipped = skip_incompatible(planned, self._policy.incompatible)
-            kept.synced = None
-        warnings += skipped
-        targets = self._sync(kept if fleet is None else None, planned, counters)
+        if kept.source is not source:
+            kept.source = source
+            kept.kept, kept.skipped = skip_incompatible(source, self._policy.incompatible)
+            kept.synced = kept.synced_at = None
+        warnings += kept.skipped
+        targets = self._sync(kept, kept.kept, counters)
         return PlanResult(targets, outcomes, warnings, snapshot, fleet, listed)
 
     def _channel_plan(self, counters: dict[str, int]) -> _KeptPlan:
@@ -323,18 +341,17 @@ class PlanService:
         return kept
 
     def _sync(
-        self, kept: _KeptPlan | None, planned: list[Target], counters: dict[str, int]
+        self, kept: _KeptPlan, planned: list[Target], counters: dict[str, int]
     ) -> list[TargetRecord]:
         """``sync_targets``, unless the same plan was synced with nothing written and no
         target was written since: then the same records, as the same list."""
         before = counters.get("targets", 0)
-        if kept is not None and kept.synced is not None and kept.synced_at == before:
+        if kept.synced is not None and kept.synced_at == before:
             return kept.synced
         targets = self._store.sync_targets(planned, self._clock())
-        if kept is not None:
-            # Kept only when the counter did not move: this sync wrote nothing, nor anyone else.
-            after = self._store.revisions().get("targets", 0)
-            kept.synced, kept.synced_at = (targets, after) if after == before else (None, None)
+        # Kept only when the counter did not move: this sync wrote nothing, nor anyone else.
+        after = self._store.revisions().get("targets", 0)
+        kept.synced, kept.synced_at = (targets, after) if after == before else (None, None)
         return targets
 
     def _fleet_feeds(self, snapshot: FleetSnapshot | None, warnings: list[str]) -> list[FeedSpec]:
@@ -352,8 +369,25 @@ class PlanService:
         make = self._channel_feed
         return [] if make is None else [make(channel) for channel in channels]
 
-    def _all_releases(self, extra: Sequence[FeedSpec]) -> dict[FlatcarVersion, FlatcarRelease]:
-        return flatcar_releases_by_version(self._store, self._known_feeds(extra))
+    def _releases(
+        self, kept: _KeptPlan, extra: Sequence[FeedSpec]
+    ) -> tuple[dict[FlatcarVersion, FlatcarRelease], frozenset[FlatcarVersion]]:
+        """``_all_releases``, read once per kept plan (the release tables' counters) and
+        set of Flatcar feeds, and every version they list."""
+        names = frozenset(self._flatcar_feed_names(extra))
+        if kept.releases is None or kept.releases_of != names:
+            kept.releases = self._all_releases(extra, names)
+            kept.releases_of, kept.listed = names, frozenset(kept.releases)
+        return kept.releases, kept.listed
+
+    def _all_releases(
+        self, extra: Sequence[FeedSpec], names: Collection[str] | None = None
+    ) -> dict[FlatcarVersion, FlatcarRelease]:
+        """Every release any Flatcar feed releasebot has read ever listed, by version
+        (``names``: those feeds, found already)."""
+        if names is None:
+            return flatcar_releases_by_version(self._store, self._known_feeds(extra))
+        return releases_of_feeds(self._store, names)
 
     def _flatcar_feed_names(self, extra: Sequence[FeedSpec]) -> set[str]:
         return flatcar_feed_names(self._store, self._known_feeds(extra))

@@ -35,8 +35,16 @@ def flatcar_releases_by_version(
     store: StateStore, known: Iterable[str] = ()
 ) -> dict[FlatcarVersion, FlatcarRelease]:
     """Every release any Flatcar feed (``flatcar_feed_names``) ever listed, by version."""
+    return releases_of_feeds(store, flatcar_feed_names(store, known))
+
+
+def releases_of_feeds(
+    store: StateStore, names: Iterable[str]
+) -> dict[FlatcarVersion, FlatcarRelease]:
+    """Every release the feeds ``names`` (found already) ever listed, by version; a version
+    two feeds list counts once, as the feed first in name order gives it."""
     releases: dict[FlatcarVersion, FlatcarRelease] = {}
-    for name in sorted(flatcar_feed_names(store, known)):
+    for name in sorted(names):
         for release in store.flatcar_releases(name):
             releases.setdefault(release.version, release)
     return releases

@@ -25,6 +25,7 @@ from releasebot.config import Settings
 from releasebot.config.pod import kubeconfig_path, lease_namespace
 from releasebot.config.secrets import secret_values
 from releasebot.domain.errors import ConfigError
+from releasebot.edge.heap import give_back_free_memory
 from releasebot.edge.parse import parse_listen_address
 from releasebot.edge.stop import Halt
 from releasebot.service.runlog import log_feed_outcome, run_retention
@@ -39,7 +40,7 @@ from releasebot.wiring.web import listen_address, overview_app
 
 if TYPE_CHECKING:
     from releasebot.domain.ports import LeaderElector
-    from releasebot.service.reconcile import ReconcileService
+    from releasebot.service.reconcile import CycleReport, ReconcileService
 
 
 def make_elector(settings: Settings, identity: str) -> LeaderElector:
@@ -155,6 +156,14 @@ def _bind(settings: Settings) -> tuple[HttpServer, HttpServer | None]:
         raise ConfigError("web.listen", f"cannot listen on {web.listen}: {error}") from None
 
 
+def _cycle_and_give_back(cycle: Callable[[], CycleReport]) -> CycleReport:
+    """One cycle, then the memory it freed back to the system (``edge.heap``)."""
+    try:
+        return cycle()
+    finally:
+        give_back_free_memory()
+
+
 def _serve(
     settings: Settings,
     server: HttpServer,
@@ -191,7 +200,7 @@ def _serve(
             retain = functools.partial(run_retention, retention, apply=apply)
         metrics = ServiceMetrics()
         runner = Runner(
-            cycle=service.cycle,
+            cycle=functools.partial(_cycle_and_give_back, service.cycle),
             elector=elector,
             guard=guard.guard,
             holder=guard.holder,

@@ -10,7 +10,9 @@ the published index per arch.
 
 Against ``FeedServer`` (a small real HTTP server): 503-then-200 is retried to success,
 429's ``Retry-After`` is honoured up to the cap, a timeout is temporary, ``Link``
-pagination is followed page by page on the same host only, and the bearer-token flow
+pagination is followed page by page on the same host only, a cookie the registry sets is
+never sent back (Harbor asks a client that keeps cookies for CSRF tokens), and the
+bearer-token flow
 (401 challenge, token service with basic credentials, the token sent on the retry and
 reused afterwards; 403 from the token service is an auth error, 503 a temporary one).
 """
@@ -495,3 +497,15 @@ def test_token_service_down_is_temporary(fake: RegistryFake, sleeps: Sleeps) -> 
     with pytest.raises(RegistryUnavailableError, match=r"503 .*after 2 attempts"):
         registry.digest(TAG)
     assert len(sleeps) == 1
+
+
+def test_a_cookie_the_registry_sets_is_never_sent_back(fake: RegistryFake, sleeps: Sleeps) -> None:
+    cookie = {"Set-Cookie": "sid=browser; Path=/", "Content-Type": "application/json"}
+    page = json.dumps({"name": "nvidia/driver", "tags": ["a"]}).encode()
+    fake.route(FIRST_PAGE, lambda _request: Reply(200, cookie, page))
+    registry = _fake_registry(fake, sleeps)
+    assert registry.tags() == {"a"}
+    assert registry.tags() == {"a"}
+    asked = fake.requests_to(FIRST_PAGE)
+    assert len(asked) == 2
+    assert [request.headers.get("cookie") for request in asked] == [None, None]
