@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import enum
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +88,75 @@ def upgrade(engine_or_url: EngineOrUrl, revision: str = "head") -> None:
         if _current(conn) == {head_revision()}:
             missing = _missing_tables(conn)
             metadata.create_all(conn, tables=[metadata.tables[name] for name in missing])
+
+
+CHILD_TIMEOUT = 900.0
+"""How long a migration in a child process may take (seconds) before start-up gives up."""
+
+_CHILD = "import sys; from releasebot.store.migrate import child_upgrade; sys.exit(child_upgrade())"
+
+
+def upgrade_apart(engine: Engine, timeout: float = CHILD_TIMEOUT) -> None:
+    """``upgrade`` in a child process, when the database of ``engine`` is not at the head.
+
+    For the long-running ``run``: Alembic, its scripts and Mako stay resident for the life of
+    a process that imported them (about 10 MiB, nothing of it freed by dropping the
+    modules), and only a migration needs them. So ``run`` migrates in a child that exits, and
+    its own ``schema_status`` then finds the head with one query and never imports Alembic.
+    An in-memory SQLite database is another one in every process: it is left to the caller
+    (``upgrade`` in-process). The URL goes to the child on its stdin, never in its argv
+    (which ``ps`` shows); its error comes back as the one line it wrote.
+    """
+    url = engine.url.render_as_string(hide_password=False)
+    if _shared_address(url) is None or schema_status(engine) is Schema.CURRENT:
+        return
+    try:
+        done = subprocess.run(  # noqa: S603 - this interpreter, a fixed program
+            [sys.executable, "-c", _CHILD],
+            input=url,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise StoreError(
+            f"state store: the migration did not end within {timeout:.0f} s; "
+            "run `releasebot db upgrade` by hand and look at the database's locks"
+        ) from error
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        reason = one_line(lines[-1]) if lines else f"exit status {done.returncode}"
+        raise StoreError(f"state store: migration failed: {reason}")
+
+
+def _shared_address(url: str) -> URL | None:
+    """``url`` parsed, or ``None`` for a database only this process can see (in-memory
+    SQLite) or a URL SQLAlchemy cannot read (the caller's own check reports that)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        address = make_url(url)
+    except ArgumentError:
+        return None
+    if address.get_backend_name() == "sqlite" and address.database in (None, "", ":memory:"):
+        return None
+    return address
+
+
+def child_upgrade() -> int:
+    """The child's side of ``upgrade_apart``: the URL from stdin, one line on failure."""
+    from releasebot.domain.errors import ReleasebotError
+    from releasebot.edge.redact import redact
+
+    url = sys.stdin.readline().strip()
+    try:
+        upgrade(url)
+    except ReleasebotError as error:
+        sys.stderr.write(redact(one_line(str(error))) + "\n")
+        return 1
+    return 0
 
 
 def downgrade(engine_or_url: EngineOrUrl, revision: str) -> None:

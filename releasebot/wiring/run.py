@@ -31,6 +31,7 @@ from releasebot.edge.stop import Halt
 from releasebot.service.runlog import log_feed_outcome, run_retention
 from releasebot.service.runner import RunnerOptions
 from releasebot.store.lock import CycleGuard
+from releasebot.store.migrate import upgrade_apart
 from releasebot.web.server import HttpServer
 from releasebot.wiring.core import kube_client, open_engine, reconcile_service
 from releasebot.wiring.guard import GUARD_TTL, SharedGuard, guard_holder, run_identity
@@ -184,64 +185,69 @@ def _serve(
         closing(elector),
         kube_client(settings) as kube,  # the one client of the Jobs, fleet, Nodes, Pods
         open_engine(settings.database.url) as engine,
-        reconcile_service(
-            settings, log_feed_outcome, engine=engine, halt=halt, kube=kube
-        ) as service,
-        ExitStack() as slack,
     ):
-        guard = SharedGuard(CycleGuard(engine), guard_holder(identity))
-        hooks = slack.enter_context(slack_hooks(settings, engine, guard, service, kube))
-        retain: Callable[[], None] | None = None
-        if settings.retention.enabled:
-            apply = not settings.retention.dry_run
-            retention = slack.enter_context(
-                retention_service(settings, apply=apply, engine=engine, kube=kube)
+        # A migration's Alembic would stay resident for the life of the process: a new or
+        # older database is brought to the head by a child process (store/migrate.py).
+        upgrade_apart(engine)
+        with (
+            reconcile_service(
+                settings, log_feed_outcome, engine=engine, halt=halt, kube=kube
+            ) as service,
+            ExitStack() as slack,
+        ):
+            guard = SharedGuard(CycleGuard(engine), guard_holder(identity))
+            hooks = slack.enter_context(slack_hooks(settings, engine, guard, service, kube))
+            retain: Callable[[], None] | None = None
+            if settings.retention.enabled:
+                apply = not settings.retention.dry_run
+                retention = slack.enter_context(
+                    retention_service(settings, apply=apply, engine=engine, kube=kube)
+                )
+                retain = functools.partial(run_retention, retention, apply=apply)
+            metrics = ServiceMetrics()
+            runner = Runner(
+                cycle=functools.partial(_cycle_and_give_back, service.cycle),
+                elector=elector,
+                guard=guard.guard,
+                holder=guard.holder,
+                store=service.store,  # one store: the rows it keeps are decoded once
+                metrics=metrics,
+                ping=lambda: ping(engine),
+                deliver=hooks.deliver,
+                on_lead_start=functools.partial(_lead_start, service, hooks.on_lead_start),
+                on_lead_stop=hooks.on_lead_stop,
+                socket_connected=hooks.socket_connected,
+                retention=retain,
+                options=runner_options(settings),
             )
-            retain = functools.partial(run_retention, retention, apply=apply)
-        metrics = ServiceMetrics()
-        runner = Runner(
-            cycle=functools.partial(_cycle_and_give_back, service.cycle),
-            elector=elector,
-            guard=guard.guard,
-            holder=guard.holder,
-            store=service.store,  # one store: the rows it keeps are decoded once
-            metrics=metrics,
-            ping=lambda: ping(engine),
-            deliver=hooks.deliver,
-            on_lead_start=functools.partial(_lead_start, service, hooks.on_lead_start),
-            on_lead_stop=hooks.on_lead_stop,
-            socket_connected=hooks.socket_connected,
-            retention=retain,
-            options=runner_options(settings),
-        )
-        # The cycle's store: the page reads the target rows it decoded (once per change).
-        pages = overview_app(settings, service.store) if settings.web.enabled else None
-        server.alive = runner.alive
-        server.ready = lambda: _redacted(runner.readiness(), redact)
-        server.metrics = metrics.render
-        server.slack = hooks.slack
-        if page_server is None:
-            server.pages = pages
-        else:
-            page_server.pages = pages
-        runner.start()
-        server.start()
-        if page_server is not None:
-            page_server.start()
-        logging.getLogger("releasebot.run").info(
-            "releasebot run started", extra={"identity": identity, "listen": run.listen}
-        )
-        stop.wait()
-        logging.getLogger("releasebot.run").info("shutting down")
-        halt.set()  # a cycle waiting on an upstream unwinds now, not after its timeouts
-        finished = runner.stop()
-        slack.close()  # the Slack hooks, after the leadership was given up
-        server.close()
-        if page_server is not None:
-            page_server.close()
-        if not finished:
-            logging.shutdown()
-            os._exit(0)  # the cycle's thread cannot be interrupted; its state is safe
+            # The cycle's store: the page reads the target rows it decoded (once per change).
+            pages = overview_app(settings, service.store) if settings.web.enabled else None
+            server.alive = runner.alive
+            server.ready = lambda: _redacted(runner.readiness(), redact)
+            server.metrics = metrics.render
+            server.slack = hooks.slack
+            if page_server is None:
+                server.pages = pages
+            else:
+                page_server.pages = pages
+            runner.start()
+            server.start()
+            if page_server is not None:
+                page_server.start()
+            logging.getLogger("releasebot.run").info(
+                "releasebot run started", extra={"identity": identity, "listen": run.listen}
+            )
+            stop.wait()
+            logging.getLogger("releasebot.run").info("shutting down")
+            halt.set()  # a cycle waiting on an upstream unwinds now, not after its timeouts
+            finished = runner.stop()
+            slack.close()  # the Slack hooks, after the leadership was given up
+            server.close()
+            if page_server is not None:
+                page_server.close()
+            if not finished:
+                logging.shutdown()
+                os._exit(0)  # the cycle's thread cannot be interrupted; its state is safe
     return 0
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, insert, inspect, select
+from sqlalchemy import Engine, insert, inspect, select, text
 from sqlalchemy.engine import URL, make_url
 
 from releasebot.domain.errors import StoreError
@@ -327,3 +329,67 @@ def test_0010_adds_the_driver_bases_and_its_downgrade_drops_them(engine: Engine)
     assert "driver_bases" in tables_in(engine)
     migrate.downgrade(engine, "0009")
     assert tables_in(engine) == TABLES - {"driver_bases"} | {"alembic_version"}
+
+
+# -- upgrade_apart: run's migration in a child process ----------------------------------------
+
+
+_PROBE = """
+import sys
+from releasebot.store import migrate
+from releasebot.store.engine import make_engine
+migrate.upgrade_apart(make_engine(sys.stdin.readline().strip()))
+print(sorted(name for name in sys.modules if name == "alembic" or name.startswith("alembic.")))
+"""
+
+
+def _upgrade_apart_in_a_fresh_process(url: str) -> str:
+    """What a fresh process that ran ``upgrade_apart`` has imported of Alembic."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], input=url, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def test_upgrade_apart_migrates_in_a_child_and_keeps_alembic_out(database_url: URL) -> None:
+    url = database_url.render_as_string(hide_password=False)
+    assert _upgrade_apart_in_a_fresh_process(url) == "[]"
+    assert migrate.schema_status(url) is migrate.Schema.CURRENT
+    assert migrate.is_at_head(url)
+    # At the head it asks once and starts no child at all.
+    assert _upgrade_apart_in_a_fresh_process(url) == "[]"
+
+
+def test_upgrade_apart_brings_an_older_schema_to_the_head(engine: Engine) -> None:
+    migrate.upgrade(engine, "0009")
+    migrate.upgrade_apart(engine)
+    assert migrate.is_at_head(engine)
+
+
+def test_upgrade_apart_reports_the_childs_error_in_one_line(engine: Engine) -> None:
+    migrate.upgrade(engine, "0009")
+    with engine.begin() as conn:  # in the way of 0010, which creates it
+        conn.execute(text("CREATE TABLE driver_bases (x INTEGER)"))
+    with pytest.raises(StoreError) as raised:
+        migrate.upgrade_apart(engine)
+    message = str(raised.value)
+    assert message.startswith("state store: migration failed: state store:")
+    assert "\n" not in message
+    assert "Traceback" not in message
+    assert migrate.current_revision(engine) == "0009"  # nothing half-done
+
+
+def test_upgrade_apart_refuses_a_newer_schema_before_any_child(engine: Engine) -> None:
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(StoreError, match="newer"):
+        migrate.upgrade_apart(engine)
+
+
+def test_upgrade_apart_leaves_an_in_memory_database_to_the_caller() -> None:
+    for url in ("sqlite://", "sqlite:///:memory:"):  # another database in every process
+        engine = make_engine(url)
+        migrate.upgrade_apart(engine)
+        assert migrate.schema_status(engine) is migrate.Schema.EMPTY  # nothing done here
+        engine.dispose()
