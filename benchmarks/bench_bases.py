@@ -32,11 +32,11 @@ sys.path.insert(0, str(REPO))
 
 from releasebot.builders.kaniko import KanikoOptions  # noqa: E402
 from releasebot.builders.kubernetes import KubernetesJobLauncher  # noqa: E402
-from releasebot.domain.base_tags import BASE_LABEL, BaseSpec  # noqa: E402
-from releasebot.domain.bases import BaseRules  # noqa: E402
-from releasebot.domain.builds import RECIPE_LABEL  # noqa: E402
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
-from releasebot.domain.versions import Arch, DriverVersion  # noqa: E402
+from releasebot.domain.shared.versions import Arch, DriverVersion  # noqa: E402
+from releasebot.domain.targets.base_tags import BASE_LABEL, BaseSpec  # noqa: E402
+from releasebot.domain.targets.bases import BaseRules  # noqa: E402
+from releasebot.domain.targets.builds import RECIPE_LABEL  # noqa: E402
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
 from releasebot.registry.oras import OrasRegistry  # noqa: E402
 from releasebot.service.plan import FeedSpec, PlanService  # noqa: E402
 from releasebot.service.reconcile import ReconcileOptions, ReconcileService  # noqa: E402

@@ -43,17 +43,17 @@ sys.path.insert(0, str(REPO))
 
 from releasebot.builders.kaniko import KanikoOptions  # noqa: E402
 from releasebot.builders.memory import MemoryJobLauncher  # noqa: E402
-from releasebot.domain.fleet import (  # noqa: E402
+from releasebot.domain.fleet.nodes import (  # noqa: E402
     FLUO_AFTER_REBOOT,
     FLUO_BEFORE_REBOOT,
     FLUO_NEW_VERSION,
     LIST_PAGE_SIZE,
     NFD_VERSION_ID,
 )
-from releasebot.domain.models import TargetReason  # noqa: E402
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
-from releasebot.domain.proof import ProofRules  # noqa: E402
-from releasebot.domain.versions import Arch  # noqa: E402
+from releasebot.domain.fleet.proof import ProofRules  # noqa: E402
+from releasebot.domain.shared.versions import Arch  # noqa: E402
+from releasebot.domain.targets.models import TargetReason  # noqa: E402
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
 from releasebot.fleet.gate import KubernetesNodeAnnotator  # noqa: E402
 from releasebot.fleet.kubernetes import KubernetesFleetSource  # noqa: E402
 from releasebot.fleet.pods import KubernetesPodSource  # noqa: E402

@@ -46,14 +46,14 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from releasebot.domain.builds import BuildRecord, BuildState, job_name  # noqa: E402
-from releasebot.domain.fleet import parse_node  # noqa: E402
-from releasebot.domain.models import (  # noqa: E402
+from releasebot.domain.fleet.nodes import parse_node  # noqa: E402
+from releasebot.domain.shared.versions import Arch, FlatcarVersion  # noqa: E402
+from releasebot.domain.targets.builds import BuildRecord, BuildState, job_name  # noqa: E402
+from releasebot.domain.targets.models import (  # noqa: E402
     FlatcarRelease,
     TargetState,
     Validators,
 )
-from releasebot.domain.versions import Arch, FlatcarVersion  # noqa: E402
 from tests.support.fleetnodes import gpu_node  # noqa: E402
 from tests.support.targets import make_target  # noqa: E402
 
@@ -247,7 +247,7 @@ def one_tab(
     """Five minutes of one open tab, its refreshes played back to back; plus its share of
     the recheck (every kept answer built again after ``RECHECK_AFTER_SECONDS``), which a
     run of seconds cannot wait for: the builds measured by ``routes``, pro rata."""
-    from releasebot.domain.overview import RECHECK_AFTER_SECONDS
+    from releasebot.domain.views.overview import RECHECK_AFTER_SECONDS
 
     with httpx.Client(base_url=server.base, timeout=120) as client:
         etags = {path: _get(client, path, 200).headers["ETag"] for path in TAB_PATHS}

@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPO))
 
 from releasebot.builders.kaniko import KanikoOptions  # noqa: E402
 from releasebot.builders.kubernetes import KubernetesJobLauncher  # noqa: E402
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
-from releasebot.domain.versions import Arch  # noqa: E402
+from releasebot.domain.shared.versions import Arch  # noqa: E402
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy  # noqa: E402
 from releasebot.registry import OCI_MANIFEST  # noqa: E402
 from releasebot.registry.oras import OrasRegistry  # noqa: E402
 from releasebot.service.plan import FeedSpec, PlanService  # noqa: E402

@@ -1,6 +1,6 @@
 """Benchmark: retention's decision over a big repository and a 5,000-node fleet.
 
-Pure parts only (``domain.retention``): the repository holds ``drivers`` x ``versions``
+Pure parts only (``domain.fleet.retention``): the repository holds ``drivers`` x ``versions``
 tags of releasebot's shape plus a per-arch tag each for a third of them, cosign
 attachment tags and a few foreign tags; the store's feed history lists every version in
 two feeds (the newest tenth still listed, the rest dropped over the past three years);
@@ -31,15 +31,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from releasebot.domain.fleet import (  # noqa: E402
+from releasebot.domain.fleet.nodes import (  # noqa: E402
     FLUO_NEW_VERSION,
     GPU_PRESENT,
     NFD_OS_ID,
     NFD_VERSION_ID,
     parse_node,
 )
-from releasebot.domain.fleet_records import FleetObservation, FleetRecord  # noqa: E402
-from releasebot.domain.retention import (  # noqa: E402
+from releasebot.domain.fleet.records import FleetObservation, FleetRecord  # noqa: E402
+from releasebot.domain.fleet.retention import (  # noqa: E402
     Listing,
     RetentionInputs,
     guard_shared_digests,

@@ -33,10 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from releasebot.domain.attestation import ArchBuild, AttestationRequest, Material  # noqa: E402
-from releasebot.domain.errors import SigningError  # noqa: E402
-from releasebot.domain.models import Target  # noqa: E402
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion  # noqa: E402
+from releasebot.domain.shared.errors import SigningError  # noqa: E402
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion  # noqa: E402
+from releasebot.domain.targets.attestation import ArchBuild, AttestationRequest, Material  # noqa: E402
+from releasebot.domain.targets.models import Target  # noqa: E402
 from releasebot.registry.artifacts import OrasArtifacts  # noqa: E402
 from releasebot.registry.oras import OrasRegistry  # noqa: E402
 from releasebot.signing.attestor import RegistryAttestor  # noqa: E402

@@ -62,7 +62,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``12:00:00 warning releasebot.leader: became the leader lease=releasebot-leader``."""
+    """``12:00:00 warning releasebot.runtime.leader: became the leader lease=releasebot-leader``."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, UTC).strftime("%H:%M:%S")

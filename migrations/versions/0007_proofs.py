@@ -5,7 +5,7 @@ Revises: 0006
 Create Date: 2026-12-02
 
 ``proofs`` keeps, per node, what releasebot noted before FLUO rebooted it (the GPUs it
-offered, its boot ID) and how the proof after the reboot stands (``domain/proof.py``), so a
+offered, its boot ID) and how the proof after the reboot stands (``domain/fleet/proof.py``), so a
 restart or a leader change resumes a proof instead of starting it over. ``targets`` gains
 ``proven_at`` and ``proven_node`` (the first node that proved the image) and
 ``proven_arches`` (every arch a node proved it on: the gate's canary is per arch). The ``refused``

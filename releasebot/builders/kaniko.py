@@ -1,7 +1,7 @@
 """The Kaniko build Job: its settings and the pure function that renders it.
 
 ``render_job`` turns one ``JobRequest`` (one target, one arch, one attempt; or one driver
-base, ``domain/bases.py``) into the batch/v1 Job manifest that runs the Kaniko executor.
+base, ``domain/targets/bases.py``) into the batch/v1 Job manifest that runs the Kaniko executor.
 It is pure: no I/O, no clock, the same request and options always give the same manifest,
 so ``--dry-run`` shows exactly what ``launch`` would create and a restarted releasebot
 derives the same Job name.
@@ -42,7 +42,8 @@ workload identity) mounts a per-Job Secret, ``registry_secret_name(job)``, which
 launcher writes with a fresh ACR token just before the Job starts (``render_registry_secret``).
 
 Deliberately not here: talking to a cluster (``kubernetes.py``), choosing what to build
-(``domain.policy``), reading settings files (``releasebot.config`` builds ``KanikoOptions``).
+(``domain.targets.policy``), reading settings files (``releasebot.config`` builds
+``KanikoOptions``).
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
-from releasebot.domain.builds import JobRequest
-from releasebot.domain.errors import InvalidOptionError
-from releasebot.domain.references import PATH_COMPONENT, SHA256, TAG, is_repository_path
-from releasebot.domain.untrusted import strip_controls
+from releasebot.domain.shared.errors import InvalidOptionError
+from releasebot.domain.shared.references import PATH_COMPONENT, SHA256, TAG, is_repository_path
+from releasebot.domain.shared.untrusted import strip_controls
+from releasebot.domain.targets.builds import JobRequest
 
 DEFAULT_EXECUTOR_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.28.0"
 """The maintained fork's executor (GoogleContainerTools/kaniko is archived). A tag is a

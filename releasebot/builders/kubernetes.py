@@ -64,15 +64,15 @@ from releasebot.builders.kaniko import (
     render_registry_secret,
     trim_log_tail,
 )
-from releasebot.domain.builds import FailureReason, JobPhase, JobRequest, JobStatus
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ClusterRejectedError,
     ClusterUnavailableError,
     RegistryAuthError,
     RegistryError,
     RegistryUnavailableError,
 )
-from releasebot.domain.untrusted import quoted
+from releasebot.domain.shared.untrusted import quoted
+from releasebot.domain.targets.builds import FailureReason, JobPhase, JobRequest, JobStatus
 from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, Answered, kube_call
 from releasebot.edge.kubelist import ListBounds, list_objects
 from releasebot.edge.retry import RetryPolicy

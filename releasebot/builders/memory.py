@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from releasebot.builders.kaniko import KanikoOptions, render_job, trim_log_tail
-from releasebot.domain.builds import FailureReason, JobPhase, JobRequest, JobStatus
+from releasebot.domain.targets.builds import FailureReason, JobPhase, JobRequest, JobStatus
 
 
 @dataclass

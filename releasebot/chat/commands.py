@@ -10,16 +10,16 @@ argument must match its pattern: driver versions as ``DriverVersion``, Flatcar v
 
 Pure: no I/O, no Slack. It does not decide who may run a command (``chat.slack`` does) nor
 what a command does (``service.commands`` does); the vocabulary both share, ``Command`` and
-its ``Verb``, is the domain's (``domain.commands``).
+its ``Verb``, is the domain's (``domain.targets.commands``).
 """
 
 from __future__ import annotations
 
 import re
 
-from releasebot.domain.commands import USAGE, Command, Verb
-from releasebot.domain.errors import CommandError
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, is_oci_tag
+from releasebot.domain.shared.errors import CommandError
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion, is_oci_tag
+from releasebot.domain.targets.commands import USAGE, Command, Verb
 
 MAX_TEXT_LENGTH = 200
 """Characters of command text accepted; the longest valid command is about 60."""

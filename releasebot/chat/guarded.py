@@ -8,7 +8,7 @@ guard such a command waits for it (the person was told "queued" at once; these c
 in the handler's background pool and answer through the ``response_url``), up to ``wait``:
 a cycle still running then is answered with "not run", never left hanging.
 
-Deliberately not here: the guard itself (``store.lock``), what a command does
+Deliberately not here: the guard itself (``runtime.lock``), what a command does
 (``service.commands``).
 """
 
@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 
 from releasebot.chat.slack import CommandRunner, Payload, ephemeral
-from releasebot.domain.commands import Command, Verb
+from releasebot.domain.targets.commands import Command, Verb
 
 Hold = Callable[[], AbstractContextManager[bool]]
 """Holds the cycle guard for a block; yields False at once while anyone else holds it."""

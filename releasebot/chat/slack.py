@@ -36,8 +36,8 @@ from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
 from releasebot.chat.commands import parse_command
-from releasebot.domain.commands import Command
-from releasebot.domain.errors import CommandError, ConfigError
+from releasebot.domain.shared.errors import CommandError, ConfigError
+from releasebot.domain.targets.commands import Command
 
 log = logging.getLogger("releasebot.chat")
 audit = logging.getLogger("releasebot.audit")

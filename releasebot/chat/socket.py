@@ -28,7 +28,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 
 from releasebot.chat.slack import SlashCommandHandler, SlashRequest
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ConfigError,
     SocketModeRejectedError,
     SocketModeUnavailableError,

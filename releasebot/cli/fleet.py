@@ -5,7 +5,8 @@ nothing is written) and prints the coverage: a verdict per GPU node for the vers
 runs and the one it will reboot into, and the GPU nodes releasebot ignores, with why.
 ``operator-values`` prints the GPU Operator's Helm values (and, with ``--nvidia-drivers``,
 the NVIDIADriver objects) that make every Flatcar GPU node pull releasebot's images and
-every other GPU node keep its own (``domain.operator_pools``, ``domain.operator_values``):
+every other GPU node keep its own (``domain.fleet.operator_pools``,
+``domain.views.operator_values``):
 the driver the cluster runs unless ``--driver`` names one; tags not published yet are
 warnings, or with ``--strict`` a refusal (exit 1) that prints nothing. Both read the fleet
 even when ``fleet.enabled`` is false.
@@ -25,7 +26,7 @@ from releasebot.cli.tables import error, print_coverage
 
 if TYPE_CHECKING:
     from releasebot.config import Settings
-    from releasebot.domain.coverage import Coverage
+    from releasebot.domain.fleet.coverage import Coverage
     from releasebot.service.plan import FeedOutcome
     from releasebot.service.reconcile import CycleReport
 
@@ -73,7 +74,7 @@ def _fleet_plan(
     """The dry-run plan, and the tags the store holds as published (after its registry check)."""
     from releasebot.config import load_settings
     from releasebot.config.secrets import secret_values
-    from releasebot.domain.models import TargetState
+    from releasebot.domain.targets.models import TargetState
     from releasebot.wiring import reconcile_service, with_fleet
 
     settings = load_settings(args.config)
@@ -115,9 +116,9 @@ def _cmd_fleet(args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], Non
 def _cmd_operator_values(
     args: argparse.Namespace, on_outcome: Callable[[FeedOutcome], None]
 ) -> int:
-    from releasebot.domain.operator import OperatorView, resolve_images
-    from releasebot.domain.operator_pools import choose_drivers
-    from releasebot.domain.operator_values import (
+    from releasebot.domain.fleet.operator import OperatorView, resolve_images
+    from releasebot.domain.fleet.operator_pools import choose_drivers
+    from releasebot.domain.views.operator_values import (
         nvidia_drivers_yaml,
         render_operator_values,
         values_yaml,

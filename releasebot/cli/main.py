@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 from releasebot import __version__
 from releasebot.cli import fleet, retention
 from releasebot.cli.tables import print_coverage, print_targets, target_json, write_json, write_line
-from releasebot.domain.decisions import Action
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ConfigError,
     ReleasebotError,
     UnknownTargetError,
     VersionError,
 )
+from releasebot.domain.targets.decisions import Action
 from releasebot.logs import RedactSecrets
 
 if TYPE_CHECKING:
@@ -284,7 +284,7 @@ def _run_plan(
     if coverage is None:
         print_targets(targets, args.format, sys.stdout)
     elif args.format == "json":
-        from releasebot.domain.coverage import coverage_json
+        from releasebot.domain.fleet.coverage import coverage_json
         from releasebot.wiring import utc_now
 
         now = utc_now()
@@ -361,7 +361,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from releasebot.domain.versions import Arch
+    from releasebot.domain.shared.versions import Arch
     from releasebot.wiring import reconcile_service
 
     settings = _load(args)
@@ -404,7 +404,7 @@ def _print_report(report: CycleReport, args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     """One line: ``verified …`` on stdout (exit 0), or why not on stderr (exit 1)."""
-    from releasebot.domain.errors import VerificationError
+    from releasebot.domain.shared.errors import VerificationError
     from releasebot.wiring import verify_tag
 
     settings = _load(args)

@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from releasebot.cli.tables import error, write_json
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.shared.errors import ConfigError
 
 if TYPE_CHECKING:
     from releasebot.service.retention import RetentionReport

@@ -20,9 +20,9 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from releasebot.domain.coverage import Coverage
-    from releasebot.domain.models import TargetRecord
-    from releasebot.domain.proof import ProofRecord
+    from releasebot.domain.fleet.coverage import Coverage
+    from releasebot.domain.fleet.proof import ProofRecord
+    from releasebot.domain.targets.models import TargetRecord
 
 
 def write_json(value: object, out: TextIO) -> None:
@@ -114,8 +114,8 @@ def short_digest(digest: str | None) -> str:
 
 
 def target_json(record: TargetRecord, now: datetime) -> dict[str, Any]:
-    from releasebot.domain.lifecycle import next_step
-    from releasebot.domain.models import ordered_reasons
+    from releasebot.domain.targets.lifecycle import next_step
+    from releasebot.domain.targets.models import ordered_reasons
 
     target = record.target
     return {
@@ -147,7 +147,7 @@ def print_coverage(
 ) -> None:
     """A coverage as a table (one line per GPU node, then the ignored ones) or JSON; with
     ``proofs``, each node's after-reboot proof too."""
-    from releasebot.domain.coverage import coverage_json
+    from releasebot.domain.fleet.coverage import coverage_json
 
     proofs = proofs or {}
     if fmt == "json":

@@ -19,7 +19,7 @@ from typing import Any
 
 from releasebot.config.rules import Seconds, ca_file, existing_file
 from releasebot.config.sections import SECTIONS, Settings
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.shared.errors import ConfigError
 from releasebot.edge.parse import ValueRefusedError, parse_int, read_regular_file
 
 ENV_PREFIX = "RELEASEBOT_"

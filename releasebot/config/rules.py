@@ -18,11 +18,11 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from releasebot.builders import kaniko
-from releasebot.domain.errors import ConfigError, InvalidOptionError
-from releasebot.domain.fleet import FLUO_PREFIX, GATE_VERSION_ANNOTATION
-from releasebot.domain.policy import IncompatiblePair, is_flatcar_channel
-from releasebot.domain.selectors import LabelSelector
-from releasebot.domain.versions import Arch, is_driver_branch
+from releasebot.domain.fleet.nodes import FLUO_PREFIX, GATE_VERSION_ANNOTATION
+from releasebot.domain.fleet.selectors import LabelSelector
+from releasebot.domain.shared.errors import ConfigError, InvalidOptionError
+from releasebot.domain.shared.versions import Arch, is_driver_branch
+from releasebot.domain.targets.policy import IncompatiblePair, is_flatcar_channel
 from releasebot.edge.parse import (
     ValueRefusedError,
     check_path,

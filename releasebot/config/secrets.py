@@ -12,7 +12,7 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from releasebot.config.sections import Settings
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.shared.errors import ConfigError
 
 _SECRET_PARAMETERS = ("password", "sslpassword", "sslkey_password", "token", "secret")
 

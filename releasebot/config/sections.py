@@ -22,18 +22,18 @@ from releasebot.builders.kaniko import DEFAULT_EXECUTOR_IMAGE, KanikoOptions
 from releasebot.builders.recipe import CONFIGMAP_NAME
 from releasebot.config import rules
 from releasebot.config.rules import Seconds, redact_url, setting
-from releasebot.domain.errors import ConfigError, InvalidOptionError
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     LIST_PAGE_SIZE,
 )
-from releasebot.domain.lifecycle import LifecycleRules
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, IncompatiblePair, Policy
-from releasebot.domain.proof import ProofRules
-from releasebot.domain.retention import DEFAULT_AFTER, DEFAULT_MAX_DELETIONS
-from releasebot.domain.selectors import LabelSelector
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.proof import ProofRules
+from releasebot.domain.fleet.retention import DEFAULT_AFTER, DEFAULT_MAX_DELETIONS
+from releasebot.domain.fleet.selectors import LabelSelector
+from releasebot.domain.shared.errors import ConfigError, InvalidOptionError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.lifecycle import LifecycleRules
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, IncompatiblePair, Policy
 from releasebot.edge.parse import ValueRefusedError, read_secret_file
 from releasebot.edge.retry import RetryPolicy
 from releasebot.registry import DEFAULT_TIMEOUT as REGISTRY_TIMEOUT

@@ -19,11 +19,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from releasebot.domain.builds import BuildRecord, BuildState, FailureReason, job_name
-from releasebot.domain.events import EventKind, MessageRef, build_event
-from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState, FailureReason, job_name
+from releasebot.domain.targets.events import EventKind, MessageRef, build_event
+from releasebot.domain.targets.models import TargetRecord, TargetState
 
 DEMO_FINGERPRINT = "SHA256:demo0kEyFiNgErPrInT0nLyF0rThEdEm0"
 

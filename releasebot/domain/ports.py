@@ -30,18 +30,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from releasebot.domain.attestation import (
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.operator import CrdAbsent, DriverSource
+from releasebot.domain.fleet.proof import OperatorPod, ProofRecord
+from releasebot.domain.fleet.records import FleetRecord
+from releasebot.domain.fleet.retention import DeletionRecord, Listing
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.attestation import (
     Attestation,
     AttestationRequest,
     Material,
     Verification,
 )
-from releasebot.domain.bases import BaseRecord
-from releasebot.domain.builds import BuildRecord, JobRequest, JobStatus
-from releasebot.domain.events import Event, MessageRef, StoredEvent
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.fleet_records import FleetRecord
-from releasebot.domain.models import (
+from releasebot.domain.targets.bases import BaseRecord
+from releasebot.domain.targets.builds import BuildRecord, JobRequest, JobStatus
+from releasebot.domain.targets.events import Event, MessageRef, StoredEvent
+from releasebot.domain.targets.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
@@ -50,11 +54,7 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
-from releasebot.domain.operator import CrdAbsent, DriverSource
-from releasebot.domain.proof import OperatorPod, ProofRecord
-from releasebot.domain.readiness import Readiness
-from releasebot.domain.retention import DeletionRecord, Listing
-from releasebot.domain.versions import Arch
+from releasebot.domain.targets.readiness import Readiness
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ class StateStore(Protocol):
     # -- driver bases ------------------------------------------------------------------------
 
     def bases(self) -> list[BaseRecord]:
-        """Every driver base ever recorded, by tag (``domain/bases.py``)."""
+        """Every driver base ever recorded, by tag (``domain/targets/bases.py``)."""
 
     def save_bases(
         self,
@@ -539,7 +539,7 @@ class PodSource(Protocol):
 @runtime_checkable
 class NodeAnnotator(Protocol):
     """Writes the reboot gate's two annotations on Nodes: the one write releasebot makes to
-    a Node, and only with ``fleet.gate`` on (``domain.gate`` decides what to write).
+    a Node, and only with ``fleet.gate`` on (``domain.fleet.gate`` decides what to write).
 
     Raises ``ClusterForbiddenError`` when RBAC refuses (``patch`` on ``nodes``: the
     ``reboot-gate`` component), ``ClusterUnavailableError`` after the adapter's retries,

@@ -36,7 +36,7 @@ from lightkube import Client, KubeConfig
 from lightkube.core.exceptions import ApiError
 from lightkube.core.generic_client import transform_exception
 
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ClusterForbiddenError,
     ClusterRejectedError,
     ClusterUnavailableError,

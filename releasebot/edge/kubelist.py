@@ -36,7 +36,7 @@ from typing import Any
 
 from lightkube import Client
 
-from releasebot.domain.errors import ClusterUnavailableError
+from releasebot.domain.shared.errors import ClusterUnavailableError
 from releasebot.edge.json import JsonRefusedError, decode_json
 from releasebot.edge.kube import (
     KUBE_JSON_LIMITS,

@@ -7,14 +7,14 @@ messages: terminal escape sequences (CSI ``ESC [ … m``, OSC ``ESC ] … BEL``,
 8-bit C1 forms) are removed whole, every other control or format character (C0, C1, DEL,
 bidi overrides, line and paragraph separators) is dropped, and whitespace runs become one
 space, so nothing that reaches a terminal, a log line, Slack or the store can move a
-cursor, set a title, or hide text (``domain.untrusted.strip_controls`` does the cleaning,
+cursor, set a title, or hide text (``domain.shared.untrusted.strip_controls`` does the cleaning,
 for the domain's ``clean`` too). Not here: escaping for a particular markup (chat messages
 escape their own).
 """
 
 from __future__ import annotations
 
-from releasebot.domain.untrusted import strip_controls
+from releasebot.domain.shared.untrusted import strip_controls
 
 MAX_TEXT = 200
 """Characters of third-party text quoted in an error: enough to say why, never a body."""

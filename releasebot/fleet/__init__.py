@@ -2,5 +2,6 @@
 
 ``kubernetes.py`` (``KubernetesFleetSource``) is the real ``FleetSource``; ``memory.py``
 (``MemoryFleetSource``) holds objects given to it, for dry runs, the demo and tests. Both
-parse through ``domain/fleet.py`` and ``domain/operator.py`` and pass one contract suite.
+parse through ``domain/fleet/nodes.py`` and ``domain/fleet/operator.py`` and pass one
+contract suite.
 """

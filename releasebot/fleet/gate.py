@@ -14,7 +14,7 @@ through ``edge/kube.py``: a 403 names the ``patch`` permission on ``nodes`` to g
 name that is not a valid Node name is never sent (``ClusterRejectedError``): it would
 address another object, or none, and a decision is only for the node it was made for.
 
-Deliberately not here: deciding (``domain.gate``), reading Nodes (``kubernetes.py``).
+Deliberately not here: deciding (``domain.fleet.gate``), reading Nodes (``kubernetes.py``).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from typing import Any
 from lightkube import Client
 from lightkube.types import PatchType
 
-from releasebot.domain.errors import ClusterRejectedError
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     GATE_VERSION_ANNOTATION,
     is_node_name,
 )
-from releasebot.domain.untrusted import escaped
+from releasebot.domain.shared.errors import ClusterRejectedError
+from releasebot.domain.shared.untrusted import escaped
 from releasebot.edge.kube import Answered, Permission, kube_call
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep
 from releasebot.fleet.kubernetes import DEFAULT_POLICY, NODES

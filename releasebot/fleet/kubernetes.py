@@ -36,21 +36,21 @@ from typing import Any
 from lightkube import Client
 from lightkube.generic_resource import create_global_resource
 
-from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     LIST_PAGE_SIZE,
     parse_nodes,
 )
-from releasebot.domain.operator import (
+from releasebot.domain.fleet.operator import (
     CrdAbsent,
     DriverSource,
     parse_cluster_policy,
     parse_nvidia_driver,
 )
+from releasebot.domain.fleet.selectors import LabelSelector
 from releasebot.domain.ports import NodeListing
-from releasebot.domain.selectors import LabelSelector
+from releasebot.domain.shared.errors import ClusterRejectedError, ClusterUnavailableError
 from releasebot.edge.kube import Answered, Permission
 from releasebot.edge.kubelist import DEFAULT_LIST_BUDGET, ListBounds, RawListing, list_objects
 from releasebot.edge.retry import RetryPolicy, Sleep, real_sleep

@@ -22,24 +22,24 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from releasebot.domain.errors import ClusterRejectedError
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     GATE_VERSION_ANNOTATION,
     is_node_name,
     parse_nodes,
 )
-from releasebot.domain.operator import (
+from releasebot.domain.fleet.operator import (
     CrdAbsent,
     DriverSource,
     parse_cluster_policy,
     parse_nvidia_driver,
 )
+from releasebot.domain.fleet.proof import LOG_TAIL_LINES, OperatorPod, parse_pod
+from releasebot.domain.fleet.selectors import LabelSelector
 from releasebot.domain.ports import NodeListing
-from releasebot.domain.proof import LOG_TAIL_LINES, OperatorPod, parse_pod
-from releasebot.domain.selectors import LabelSelector
-from releasebot.domain.untrusted import escaped
+from releasebot.domain.shared.errors import ClusterRejectedError
+from releasebot.domain.shared.untrusted import escaped
 from releasebot.fleet.pods import (
     DEFAULT_MAX_LOG_BYTES,
     DEFAULT_MAX_PODS,

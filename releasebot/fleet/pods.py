@@ -28,7 +28,7 @@ and 5xx are retried by the ``RetryPolicy`` (``sleep`` injectable) and then
 ``ClusterUnavailableError``, other refusals ``ClusterRejectedError``. No lightkube, httpx2
 or msgspec exception escapes.
 
-Deliberately not here: deciding anything from the pods (``domain.proof``), watching, and
+Deliberately not here: deciding anything from the pods (``domain.fleet.proof``), watching, and
 reading Pods anywhere but the operator's namespace.
 """
 
@@ -41,10 +41,10 @@ from urllib.parse import quote
 
 from lightkube import Client
 
-from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
-from releasebot.domain.fleet import is_node_name
-from releasebot.domain.proof import LOG_TAIL_CHARS, LOG_TAIL_LINES, OperatorPod, parse_pod
-from releasebot.domain.untrusted import strip_controls
+from releasebot.domain.fleet.nodes import is_node_name
+from releasebot.domain.fleet.proof import LOG_TAIL_CHARS, LOG_TAIL_LINES, OperatorPod, parse_pod
+from releasebot.domain.shared.errors import ClusterRejectedError, ClusterUnavailableError
+from releasebot.domain.shared.untrusted import strip_controls
 from releasebot.edge.kube import Answered, Permission, get_raw, kube_call
 from releasebot.edge.kubelist import DEFAULT_LIST_BUDGET, ListBounds, list_objects
 from releasebot.edge.redact import redact

@@ -7,7 +7,7 @@
 
 When to deliver, in which order, and what to do on failure is the service's business
 (``service/notifications.py``). Importing this package imports neither module; it holds
-what Slack's error codes mean (``ChatRejectedError`` lives in ``domain/errors.py``).
+what Slack's error codes mean (``ChatRejectedError`` lives in ``domain/shared/errors.py``).
 """
 
 from __future__ import annotations

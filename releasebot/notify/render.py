@@ -6,7 +6,7 @@ winning), so re-rendering after a crash gives the same message. ``render_thread_
 draws one event as the detail reply under it. Feed keys get the feed failing/recovered
 message the same way.
 
-What is read is the typed events of ``domain.events`` (a ``match`` on the class, their
+What is read is the typed events of ``domain.targets.events`` (a ``match`` on the class, their
 fields by name), so mypy holds this module and the code that makes the events to one
 shape; a field an event does not carry (an older releasebot's row) is left out.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from releasebot.domain.events import (
+from releasebot.domain.targets.events import (
     BaseFailed,
     BuildEvent,
     BuildFailed,

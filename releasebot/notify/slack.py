@@ -38,8 +38,8 @@ from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
-from releasebot.domain.errors import ChatRejectedError, ChatUnavailableError
-from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.shared.errors import ChatRejectedError, ChatUnavailableError
+from releasebot.domain.targets.events import Event, MessageRef, StoredEvent
 from releasebot.edge.redact import Redactor
 from releasebot.edge.retry import parse_retry_after
 from releasebot.edge.slackweb import BoundedWebClient

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from urllib.parse import urljoin
 
-from releasebot.domain.errors import RegistryAuthError, RegistryError
 from releasebot.domain.ports import StoredManifest
-from releasebot.domain.references import is_sha256_digest
+from releasebot.domain.shared.errors import RegistryAuthError, RegistryError
+from releasebot.domain.shared.references import is_sha256_digest
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX, OCI_MANIFEST, sha256_digest
 from releasebot.registry.oras import OrasRegistry, RegistryAnswer

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 import requests
 
-from releasebot.domain.errors import ConfigError, RegistryAuthError, RegistryUnavailableError
+from releasebot.domain.shared.errors import ConfigError, RegistryAuthError, RegistryUnavailableError
 from releasebot.edge.json import JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry.credentials import MAX_TOKEN_CHARS, Token, TokenFetcher

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from releasebot.domain.errors import RegistryAuthError
+from releasebot.domain.shared.errors import RegistryAuthError
 
 REFRESH_MARGIN = timedelta(minutes=5)
 """A cached token is replaced this long before it expires (or at half its lifetime when that

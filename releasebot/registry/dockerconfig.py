@@ -10,7 +10,7 @@ import base64
 import binascii
 from urllib.parse import urlsplit
 
-from releasebot.domain.errors import RegistryAuthError
+from releasebot.domain.shared.errors import RegistryAuthError
 from releasebot.edge.json import JsonRefusedError, decode_json
 from releasebot.edge.parse import ValueRefusedError, read_regular_file
 

@@ -21,7 +21,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from releasebot.domain.errors import ConfigError, RegistryAuthError, RegistryUnavailableError
+from releasebot.domain.shared.errors import ConfigError, RegistryAuthError, RegistryUnavailableError
 from releasebot.edge.text import one_line
 from releasebot.registry.credentials import MAX_TOKEN_CHARS, Token, TokenFetcher
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from releasebot.domain.errors import ConfigError, RegistryAuthError, RegistryUnavailableError
+from releasebot.domain.shared.errors import ConfigError, RegistryAuthError, RegistryUnavailableError
 from releasebot.edge.text import one_line
 from releasebot.registry.credentials import Token, TokenFetcher
 from releasebot.registry.tokenhttp import BoundedSession

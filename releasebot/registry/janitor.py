@@ -20,7 +20,7 @@ SBOM and provenance manifests, for registries without the referrers API) and wha
 referrers answer that cannot be read is a ``RegistryError`` (retention then keeps the tag
 and reports it), never an empty list that would leave attachments behind unnoticed. Everything goes
 through ``OrasRegistry``'s request loop: the same credentials, TLS, timeouts and retries.
-Deliberately not here: deciding what to delete (``domain.retention``), blobs (the
+Deliberately not here: deciding what to delete (``domain.fleet.retention``), blobs (the
 registry's garbage collection frees them).
 """
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from releasebot.domain.errors import DeleteRefusedError, RegistryAuthError, RegistryError
-from releasebot.domain.references import is_sha256_digest
+from releasebot.domain.shared.errors import DeleteRefusedError, RegistryAuthError, RegistryError
+from releasebot.domain.shared.references import is_sha256_digest
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.registry import INDEX_TYPES, MANIFEST_TYPES, OCI_INDEX

@@ -16,8 +16,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from releasebot.domain.errors import RegistryError, ReleasebotError
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import RegistryError, ReleasebotError
+from releasebot.domain.shared.versions import Arch
 from releasebot.registry import (
     DOCKER_MANIFEST,
     IMAGE_TYPES,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import threading
 
-from releasebot.domain.errors import RegistryError
 from releasebot.domain.ports import StoredManifest
+from releasebot.domain.shared.errors import RegistryError
 from releasebot.registry import OCI_INDEX, OCI_MANIFEST, sha256_digest
 
 

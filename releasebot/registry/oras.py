@@ -18,7 +18,7 @@ request, ``retries`` bounded attempts with capped backoff (the shared policy of
 ``edge.retry``) through an injected ``sleep``, ``Basic`` and ``Bearer`` (token service)
 challenges both answered, and every failure translated into the domain's error tree. No
 ``requests`` or ``oras`` exception escapes. Every name put into a URL matches the OCI grammar
-(``domain.references``): ``request`` takes only the distribution API's routes with such a
+(``domain.shared.references``): ``request`` takes only the distribution API's routes with such a
 name, absolute URLs only inside this repository, and ``tags`` skips listed names outside it
 (one warning line), so a hostile listing cannot aim releasebot's credentials elsewhere.
 
@@ -51,8 +51,12 @@ import urllib3
 from requests.structures import CaseInsensitiveDict
 from requests.utils import parse_header_links
 
-from releasebot.domain.errors import RegistryAuthError, RegistryError, RegistryUnavailableError
-from releasebot.domain.references import (
+from releasebot.domain.shared.errors import (
+    RegistryAuthError,
+    RegistryError,
+    RegistryUnavailableError,
+)
+from releasebot.domain.shared.references import (
     is_digest,
     is_reference,
     is_repository_path,
@@ -60,7 +64,7 @@ from releasebot.domain.references import (
     is_tag,
     shown,
 )
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.parse import ValueRefusedError, check_regular_file
 from releasebot.edge.redirects import RedirectPolicy, RedirectRefusedError

@@ -10,8 +10,8 @@ run again converges:
   its destination tag and the image's labels say what the tag promises; until then the
   build stays ``running`` and is checked again.
 
-What a fact means is decided in the domain (``domain.builds`` judges one Job's end,
-``domain.lifecycle`` what an attempt's end means for the target); this module fetches the
+What a fact means is decided in the domain (``domain.targets.builds`` judges one Job's end,
+``domain.targets.lifecycle`` what an attempt's end means for the target); this module fetches the
 facts (the Job's status, the registry's digest and labels, the inputs' servers), saves
 each decision in one transaction and reports it. When images are signed, publishing makes
 one more call: the ``Attestor`` signs the digest, attaches the SBOM and provenance and
@@ -28,9 +28,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from releasebot.domain import lifecycle
-from releasebot.domain.attestation import Verification, attestation_request
-from releasebot.domain.builds import (
+from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
+from releasebot.domain.shared.errors import (
+    ClusterRejectedError,
+    ClusterUnavailableError,
+    ReleasebotError,
+    TemporaryError,
+)
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets import lifecycle
+from releasebot.domain.targets.attestation import Verification, attestation_request
+from releasebot.domain.targets.builds import (
     BuildRecord,
     BuildRequest,
     BuildState,
@@ -46,18 +54,10 @@ from releasebot.domain.builds import (
     verify_digest,
     verify_labels,
 )
-from releasebot.domain.decisions import Action
-from releasebot.domain.errors import (
-    ClusterRejectedError,
-    ClusterUnavailableError,
-    ReleasebotError,
-    TemporaryError,
-)
-from releasebot.domain.lifecycle import Change, LifecycleRules, Publish
-from releasebot.domain.models import Target, TargetRecord, TargetState
-from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
-from releasebot.domain.readiness import Readiness
-from releasebot.domain.versions import Arch
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.lifecycle import Change, LifecycleRules, Publish
+from releasebot.domain.targets.models import Target, TargetRecord, TargetState
+from releasebot.domain.targets.readiness import Readiness
 from releasebot.service.bases import DriverBases
 from releasebot.service.report import CycleReport, delete_quietly
 

@@ -1,7 +1,7 @@
 """Use case: driver bases in a cycle: build each base once, follow it, give its digest out.
 
 A per-release Job is built FROM its arch's driver base, pinned by digest
-(``DRIVER_BASE``). This module is the I/O half of ``domain/bases.py``: before the due
+(``DRIVER_BASE``). This module is the I/O half of ``domain/targets/bases.py``: before the due
 targets launch, ``prepare`` launches (or adopts from the registry) every base they need
 that is not published; ``ready`` tells whether a target's bases are all published, and
 otherwise saves the target as waiting (with the base's tag and state as its reason);
@@ -12,7 +12,7 @@ short transaction and idempotent, as for the targets (``service/attempts.py``): 
 row is committed ``launching`` BEFORE its Job exists; a Job that exists is adopted.
 
 Deliberately not here: which targets launch (``service/reconcile.py``), the rules
-(``domain/bases.py``), the Job manifest (the launcher's adapter).
+(``domain/targets/bases.py``), the Job manifest (the launcher's adapter).
 """
 
 from __future__ import annotations
@@ -23,11 +23,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from releasebot.domain import bases as rules_
-from releasebot.domain.attestation import ArchBuild, AttestationRequest, Verification
-from releasebot.domain.base_tags import BaseSpec
-from releasebot.domain.bases import BaseChange, BaseRecord, BaseRules, BaseState, BaseStep
-from releasebot.domain.builds import (
+from releasebot.domain.ports import Attestor, JobLauncher, Registry, StateStore
+from releasebot.domain.shared.errors import (
+    ClusterRejectedError,
+    ClusterUnavailableError,
+    ReleasebotError,
+    TemporaryError,
+)
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets import bases as rules_
+from releasebot.domain.targets.attestation import ArchBuild, AttestationRequest, Verification
+from releasebot.domain.targets.base_tags import BaseSpec
+from releasebot.domain.targets.bases import BaseChange, BaseRecord, BaseRules, BaseState, BaseStep
+from releasebot.domain.targets.builds import (
     FailureReason,
     Pushed,
     abandons_job,
@@ -35,17 +43,9 @@ from releasebot.domain.builds import (
     judge_job,
     verify_digest,
 )
-from releasebot.domain.decisions import Action
-from releasebot.domain.errors import (
-    ClusterRejectedError,
-    ClusterUnavailableError,
-    ReleasebotError,
-    TemporaryError,
-)
-from releasebot.domain.lifecycle import LifecycleRules
-from releasebot.domain.models import Target, TargetRecord
-from releasebot.domain.ports import Attestor, JobLauncher, Registry, StateStore
-from releasebot.domain.versions import Arch
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.lifecycle import LifecycleRules
+from releasebot.domain.targets.models import Target, TargetRecord
 from releasebot.service.report import CycleReport, delete_quietly
 
 log = logging.getLogger("releasebot.reconcile")

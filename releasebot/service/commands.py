@@ -21,14 +21,14 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from releasebot.domain.commands import HELP_TEXT, Command, Verb
-from releasebot.domain.decisions import Action
-from releasebot.domain.errors import ReleasebotError, TargetBusyError
-from releasebot.domain.lifecycle import NextStep, is_outstanding, next_step
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.fleet.proof import ProofState, release
 from releasebot.domain.ports import NodeAnnotator, StateStore
-from releasebot.domain.proof import ProofState, release
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import ReleasebotError, TargetBusyError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.commands import HELP_TEXT, Command, Verb
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.lifecycle import NextStep, is_outstanding, next_step
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from releasebot.edge.text import one_line
 from releasebot.service.reconcile import PAUSED_FLAG, CycleReport, ReconcileService
 

@@ -9,7 +9,7 @@ never wait for notifications.
 
 ``hold`` is the process's cycle guard (``wiring.guard.SharedGuard.hold``): a context that
 yields whether the guard is held, False at once while anyone else holds it. Deliberately
-not here: building the notifier (``wiring.slack``), when rounds run (``service.runner``).
+not here: building the notifier (``wiring.slack``), when rounds run (``runtime.runner``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 
-from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
+from releasebot.domain.shared.errors import ReleasebotError
 from releasebot.service.notifications import (
     DeliveryOutage,
     DeliveryReport,

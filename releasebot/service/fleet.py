@@ -9,14 +9,14 @@ listing that is read but not whole (an item skipped, a bound hit) is planned for
 it goes; each of its problems is one line, and the snapshot says it is ``unsure`` (and
 ``cut``), which ``gate_hold`` turns into a reason for the gate to open nothing new.
 
-``plan`` hands the snapshot to ``domain.fleet_plan``. ``settle`` runs after the cycle's
-launches, on the targets as they are then: the coverage (``domain.coverage``), its alerts
-(``FleetAlerts``) and, when the gate is on, the reboot gate (``domain.gate``, written
+``plan`` hands the snapshot to ``domain.fleet.plan``. ``settle`` runs after the cycle's
+launches, on the targets as they are then: the coverage (``domain.fleet.coverage``), its alerts
+(``FleetAlerts``) and, when the gate is on, the reboot gate (``domain.fleet.gate``, written
 through the ``NodeAnnotator``). It is skipped when the registry could not be read, since
 every state might then be stale: the gate never opens on doubt.
 
 Deliberately not here: polling the nodes' channel feeds (``service.plan`` does, with the
-other feeds), the metrics (``service.metrics`` reads ``FleetOutcome``).
+other feeds), the metrics (``runtime.metrics`` reads ``FleetOutcome``).
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from releasebot.domain.coverage import Coverage, fleet_coverage
-from releasebot.domain.errors import ClusterForbiddenError, ReleasebotError
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.fleet_plan import FleetPlan, plan_fleet
-from releasebot.domain.gate import GateDecision, GateMove, decide_gates
-from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, TargetRecord
-from releasebot.domain.operator import DriverMode, OperatorView, driver_mode
-from releasebot.domain.policy import Policy
+from releasebot.domain.fleet.coverage import Coverage, fleet_coverage
+from releasebot.domain.fleet.gate import GateDecision, GateMove, decide_gates
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.operator import DriverMode, OperatorView, driver_mode
+from releasebot.domain.fleet.plan import FleetPlan, plan_fleet
+from releasebot.domain.fleet.proof import ProofState
 from releasebot.domain.ports import FleetSource, NodeAnnotator, StateStore
-from releasebot.domain.proof import ProofState
-from releasebot.domain.versions import Arch, FlatcarVersion
+from releasebot.domain.shared.errors import ClusterForbiddenError, ReleasebotError
+from releasebot.domain.shared.versions import Arch, FlatcarVersion
+from releasebot.domain.targets.models import DriverRelease, FlatcarRelease, Target, TargetRecord
+from releasebot.domain.targets.policy import Policy
 from releasebot.service.fleet_alerts import FleetAlerts
 from releasebot.service.proof import ProofOutcome, ProofService
 
@@ -244,7 +244,7 @@ def gate_hold(snapshot: FleetSnapshot) -> str | None:
     A listing cut short by a bound may miss any node, and pages that never end are no
     listing to trust. A Node that could not be read (skipped) only matters to a node it
     can change the image of: with a ClusterPolicy every GPU node may get the OS tag of ANY
-    GPU node (``domain.operator``), the unread one included; with NVIDIADrivers a node's
+    GPU node (``domain.fleet.operator``), the unread one included; with NVIDIADrivers a node's
     image is decided by its own labels, so the nodes read keep their gates."""
     if snapshot.cut:
         return "the Node listing was cut short: no reboot gate opens until it is read whole"

@@ -8,10 +8,10 @@
 
 What is being told lives in two flags: ``fleet-exposed`` (a JSON map of version to the time
 the exposure began) and ``fleet-unreadable`` (when the failures began); when to tell and
-what is ``domain.told``'s (pure). This module reads the flags and writes each change with
+what is ``domain.fleet.told``'s (pure). This module reads the flags and writes each change with
 its events in one transaction (``set_flag`` with the events), as the feed alerts are, so a
 crash neither loses nor repeats one. Deliberately not here: deciding who is exposed
-(``domain.coverage``), when an alert starts or ends (``domain.told``) and rendering
+(``domain.fleet.coverage``), when an alert starts or ends (``domain.fleet.told``) and rendering
 (``notify.render``).
 """
 
@@ -21,10 +21,8 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from releasebot.domain.coverage import Exposure
-from releasebot.domain.events import Event
-from releasebot.domain.ports import StateStore
-from releasebot.domain.told import (
+from releasebot.domain.fleet.coverage import Exposure
+from releasebot.domain.fleet.told import (
     EXPOSED_MAX_VERSIONS,
     NODES_SHOWN,
     Flag,
@@ -33,6 +31,8 @@ from releasebot.domain.told import (
     listing_failed,
     listing_worked,
 )
+from releasebot.domain.ports import StateStore
+from releasebot.domain.targets.events import Event
 
 log = logging.getLogger("releasebot.fleet")
 

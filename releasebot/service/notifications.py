@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from releasebot.domain.builds import retry_delay
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ChatRejectedError,
     PermanentError,
     ReleasebotError,
     TemporaryError,
 )
-from releasebot.domain.events import Event, MessageRef, StoredEvent
+from releasebot.domain.targets.builds import retry_delay
+from releasebot.domain.targets.events import Event, MessageRef, StoredEvent
 
 log = logging.getLogger("releasebot.notifications")
 

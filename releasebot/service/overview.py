@@ -1,7 +1,8 @@
 """Use case: what the coverage page and its JSON API show, read through the store's port.
 
 Each question is one short series of reads (``StateStore``) handed to the pure builders of
-``domain.overview`` and ``domain.overview_fleet``; nothing is written, nothing reaches the
+``domain.views.overview`` and ``domain.views.overview_fleet``; nothing is written, nothing
+reaches the
 cluster, the registry or Slack, so the page can be asked as often as browsers like. A store
 that cannot answer raises its own ``ReleasebotError`` (``StoreUnavailableError`` when it
 cannot be reached, ``StoreError`` when it answers with what releasebot cannot read); the
@@ -32,12 +33,12 @@ import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
-from releasebot.domain import overview, overview_fleet
-from releasebot.domain.events import build_key
-from releasebot.domain.models import FlatcarRelease, TargetRecord, TargetState
-from releasebot.domain.overview import RECHECK_AFTER_SECONDS
-from releasebot.domain.overview_words import Json
 from releasebot.domain.ports import StateStore
+from releasebot.domain.targets.events import build_key
+from releasebot.domain.targets.models import FlatcarRelease, TargetRecord, TargetState
+from releasebot.domain.views import overview, overview_fleet
+from releasebot.domain.views.overview import RECHECK_AFTER_SECONDS
+from releasebot.domain.views.overview_words import Json
 from releasebot.service.releases import flatcar_releases_by_version
 
 _RELEASES = ("flatcar_releases", "flatcar_feed_entries")

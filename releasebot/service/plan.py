@@ -7,7 +7,7 @@ costs nothing and loses nothing.
 
 With a ``FleetService``, the plan starts from the fleet: the channel feeds its GPU nodes
 follow are polled too (configured or not), and every version a GPU node runs or will
-reboot into becomes a target (``domain.fleet_plan``), looked up in every Flatcar feed
+reboot into becomes a target (``domain.fleet.plan``), looked up in every Flatcar feed
 releasebot has ever read.
 
 What the plan read is kept (``_KeptPlan``) with the change counters of the release tables
@@ -34,16 +34,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from releasebot.domain.errors import FeedFormatError, ReleasebotError, UnknownTargetError
-from releasebot.domain.fleet_plan import FleetPlan, fleet_channels
-from releasebot.domain.models import (
-    DriverRelease,
-    FeedState,
-    FlatcarRelease,
-    Target,
-    TargetRecord,
-)
-from releasebot.domain.policy import Policy, plan_targets, select_drivers, skip_incompatible
+from releasebot.domain.fleet.plan import FleetPlan, fleet_channels
+from releasebot.domain.fleet.told import Flag, FlagChange, feed_answered, feed_failed, feed_flag
 from releasebot.domain.ports import (
     DriverFeedParser,
     FeedFetcher,
@@ -51,8 +43,16 @@ from releasebot.domain.ports import (
     FlatcarFeedParser,
     StateStore,
 )
-from releasebot.domain.told import Flag, FlagChange, feed_answered, feed_failed, feed_flag
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.shared.errors import FeedFormatError, ReleasebotError, UnknownTargetError
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.targets.models import (
+    DriverRelease,
+    FeedState,
+    FlatcarRelease,
+    Target,
+    TargetRecord,
+)
+from releasebot.domain.targets.policy import Policy, plan_targets, select_drivers, skip_incompatible
 from releasebot.service.fleet import FleetService, FleetSnapshot
 from releasebot.service.releases import (
     FLATCAR_FEED_PREFIX,

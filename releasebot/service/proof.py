@@ -9,8 +9,8 @@ annotation through the ``NodeAnnotator``, the record, the image's ``proven`` mar
 read once, bounded and masked by the adapter. Records of nodes no longer listed go.
 
 Nothing is released on doubt: pods that cannot be read (RBAC, the API server down) are a
-line and a wait. Deliberately not here: the rules (``domain/proof.py``), the before-reboot
-gate (``domain/gate.py``; it reads ``canaries`` from here), reading Nodes.
+line and a wait. Deliberately not here: the rules (``domain/fleet/proof.py``), the before-reboot
+gate (``domain/fleet/gate.py``; it reads ``canaries`` from here), reading Nodes.
 """
 
 from __future__ import annotations
@@ -20,14 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from releasebot.domain.builds import BuildState
-from releasebot.domain.errors import ReleasebotError
-from releasebot.domain.events import Event, proven_event, refused_event
-from releasebot.domain.fleet import FleetNode, ParsedNode
-from releasebot.domain.fleet_plan import FleetPlan, NodeNeeds
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.ports import NodeAnnotator, PodSource, StateStore
-from releasebot.domain.proof import (
+from releasebot.domain.fleet.nodes import FleetNode, ParsedNode
+from releasebot.domain.fleet.plan import FleetPlan, NodeNeeds
+from releasebot.domain.fleet.proof import (
     Expected,
     OperatorPod,
     ProofDecision,
@@ -38,6 +33,11 @@ from releasebot.domain.proof import (
     arm,
     decide_proof,
 )
+from releasebot.domain.ports import NodeAnnotator, PodSource, StateStore
+from releasebot.domain.shared.errors import ReleasebotError
+from releasebot.domain.targets.builds import BuildState
+from releasebot.domain.targets.events import Event, proven_event, refused_event
+from releasebot.domain.targets.models import TargetRecord, TargetState
 
 log = logging.getLogger("releasebot.proof")
 

@@ -14,7 +14,7 @@ come due are handed to the launch order. Every ``full_pass_every`` (and in a new
 and when ``full_pass`` asks, as a new leader does) the cycle drops everything kept and
 reads everything again, so an edit behind releasebot's back is seen within one pass.
 
-This module keeps the order and the I/O; every rule is ``domain.lifecycle``'s: which
+This module keeps the order and the I/O; every rule is ``domain.targets.lifecycle``'s: which
 targets the registry's tag list publishes or makes missing, which are due, in which order
 and how many fit (the same functions answer ``/releasebot plan``), and when a person may
 start one. Retries across cycles live there too, driven by the failure's class.
@@ -27,17 +27,17 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from releasebot.domain import lifecycle
-from releasebot.domain.bases import BaseRules
-from releasebot.domain.builds import arch_tag
-from releasebot.domain.coverage import Coverage, fleet_coverage
-from releasebot.domain.decisions import Action
-from releasebot.domain.errors import ReleasebotError, TargetBusyError
-from releasebot.domain.lifecycle import LifecycleRules
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.fleet.coverage import Coverage, fleet_coverage
+from releasebot.domain.fleet.told import Flag
 from releasebot.domain.ports import ArtifactSource, Attestor, JobLauncher, Registry, StateStore
-from releasebot.domain.told import Flag
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import ReleasebotError, TargetBusyError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets import lifecycle
+from releasebot.domain.targets.bases import BaseRules
+from releasebot.domain.targets.builds import arch_tag
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.lifecycle import LifecycleRules
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from releasebot.service.attempts import Attempts, ReconcileOptions
 from releasebot.service.bases import driver_bases
 from releasebot.service.plan import PlanService

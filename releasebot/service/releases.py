@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from releasebot.domain.models import FlatcarRelease
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import FlatcarVersion
+from releasebot.domain.shared.versions import FlatcarVersion
+from releasebot.domain.targets.models import FlatcarRelease
 
 FLATCAR_FEED_PREFIX = "flatcar/"
 """What the store's name of every Flatcar feed starts with."""

@@ -3,7 +3,7 @@
 The CLI prints it, the chat answers from it, the metrics count from it. Every decision
 added is also logged as one line (``action tag [job]: detail``, with the action, tag and
 job as structured fields), so the log and the report never tell different stories.
-Deliberately not here: deciding anything (``domain.lifecycle``), printing.
+Deliberately not here: deciding anything (``domain.targets.lifecycle``), printing.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from releasebot.domain.decisions import Action, Decision
-from releasebot.domain.errors import ReleasebotError
-from releasebot.domain.models import TargetRecord
 from releasebot.domain.ports import JobLauncher
+from releasebot.domain.shared.errors import ReleasebotError
+from releasebot.domain.targets.decisions import Action, Decision
+from releasebot.domain.targets.models import TargetRecord
 from releasebot.service.fleet import FleetOutcome
 from releasebot.service.plan import PlanResult
 

@@ -1,6 +1,6 @@
 """Use case: retention, the deletion of registry tags nothing needs any more.
 
-``RetentionService.run`` reads, through the ports, what ``domain.retention`` decides from:
+``RetentionService.run`` reads, through the ports, what ``domain.fleet.retention`` decides from:
 the repository's tags (``RegistryJanitor``), the fleet as listed now (``FleetSource``; no
 source, or a listing that fails, holds everything), the store's fleet history, when each
 Flatcar feed last listed each release, and the current targets. It resolves the digest of
@@ -20,8 +20,8 @@ before it (normally nothing: a registry refuses every delete or none) is recorde
 the report's ``deleted``, nothing after it is tried, the report says so in one line.
 Problems are the report's, for the caller to show (the CLI's lines, the service's log);
 each deletion is logged here.
-Deliberately not here: the decision (``domain.retention``), HTTP (``registry/janitor.py``),
-scheduling (``service.runner``).
+Deliberately not here: the decision (``domain.fleet.retention``), HTTP (``registry/janitor.py``),
+scheduling (``runtime.runner``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from releasebot.domain.errors import DeleteRefusedError, ReleasebotError
-from releasebot.domain.events import TagDeleted, deletion_key
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.ports import FleetSource, RegistryJanitor, StateStore
-from releasebot.domain.retention import (
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.retention import (
     DEFAULT_AFTER,
     DEFAULT_MAX_DELETIONS,
     Deletion,
@@ -46,6 +43,9 @@ from releasebot.domain.retention import (
     hold_plan,
     plan_retention,
 )
+from releasebot.domain.ports import FleetSource, RegistryJanitor, StateStore
+from releasebot.domain.shared.errors import DeleteRefusedError, ReleasebotError
+from releasebot.domain.targets.events import TagDeleted, deletion_key
 
 log = logging.getLogger("releasebot.retention")
 

@@ -5,7 +5,7 @@ the error, else its status). ``run_retention`` is the daily retention job: it ru
 ``RetentionService`` and writes each deletion (or, as a dry run, each candidate), each
 problem and a summary. The CLI prints the same reports its own way (``cli/``); a cycle's
 decisions are logged as they are recorded (``service.report``). Deliberately not here:
-when any of it runs (``service.runner``).
+when any of it runs (``runtime.runner``).
 """
 
 from __future__ import annotations

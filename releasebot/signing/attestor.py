@@ -33,10 +33,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from releasebot.domain.attestation import Attestation, AttestationRequest, Material, Verification
-from releasebot.domain.errors import SigningError, VerificationError
-from releasebot.domain.models import Target
 from releasebot.domain.ports import ArtifactRegistry, MaterialSource
+from releasebot.domain.shared.errors import SigningError, VerificationError
+from releasebot.domain.targets.attestation import (
+    Attestation,
+    AttestationRequest,
+    Material,
+    Verification,
+)
+from releasebot.domain.targets.models import Target
 from releasebot.signing import (
     CYCLONEDX,
     CYCLONEDX_PREDICATE,

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from releasebot.domain.attestation import AttestationRequest, Material
-from releasebot.domain.models import Target
+from releasebot.domain.targets.attestation import AttestationRequest, Material
+from releasebot.domain.targets.models import Target
 from releasebot.signing import SLSA_PROVENANCE
 from releasebot.signing.formats import canonical
 

@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from releasebot.domain.references import is_digest, is_sha256_digest
+from releasebot.domain.shared.references import is_digest, is_sha256_digest
 from releasebot.edge.json import JsonRefusedError, decode_json
 from releasebot.edge.text import one_line
 from releasebot.signing import (

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from releasebot.domain.errors import SigningError
+from releasebot.domain.shared.errors import SigningError
 from releasebot.edge.parse import ValueRefusedError, read_regular_file
 from releasebot.signing.keys import (
     MAX_KEY_FILE_BYTES,

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from nacl.exceptions import CryptoError
 from nacl.secret import SecretBox
 
-from releasebot.domain.errors import SigningError
+from releasebot.domain.shared.errors import SigningError
 from releasebot.edge.text import one_line
 
 ENCRYPTED_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")

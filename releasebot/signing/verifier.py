@@ -20,9 +20,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from releasebot.domain.attestation import Verification
-from releasebot.domain.errors import VerificationError
 from releasebot.domain.ports import ArtifactRegistry, StoredManifest
+from releasebot.domain.shared.errors import VerificationError
+from releasebot.domain.targets.attestation import Verification
 from releasebot.signing import (
     CYCLONEDX,
     CYCLONEDX_PREDICATE,

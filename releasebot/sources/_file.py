@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from releasebot.domain.errors import FeedFormatError, FeedRejectedError, FeedUnavailableError
+from releasebot.domain.shared.errors import FeedFormatError, FeedRejectedError, FeedUnavailableError
 from releasebot.edge.parse import FileRefusedError, ValueRefusedError
 from releasebot.edge.parse import read_regular_file as read_bounded
 

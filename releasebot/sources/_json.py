@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from releasebot.domain.errors import FeedFormatError
+from releasebot.domain.shared.errors import FeedFormatError
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 
 FEED_JSON_LIMITS = JsonLimits(max_bytes=64 * 1024 * 1024)

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import httpx
 
-from releasebot.domain.errors import TemporaryError
-from releasebot.domain.models import Target
-from releasebot.domain.readiness import Readiness, gcc_major
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import TemporaryError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.models import Target
+from releasebot.domain.targets.readiness import Readiness, gcc_major
 from releasebot.edge.redirects import REDIRECT_CODES, RedirectPolicy, RedirectRefusedError
 
 FLATCAR_FILES = (

@@ -28,13 +28,13 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 import httpx
 
-from releasebot.domain.errors import (
+from releasebot.domain.ports import FetchedBody, FetchResult, Unchanged
+from releasebot.domain.shared.errors import (
     FeedFormatError,
     FeedRejectedError,
     FeedUnavailableError,
 )
-from releasebot.domain.models import Validators
-from releasebot.domain.ports import FetchedBody, FetchResult, Unchanged
+from releasebot.domain.targets.models import Validators
 from releasebot.edge.parse import ValueRefusedError, parse_content_length
 from releasebot.edge.redirects import REDIRECT_CODES, RedirectPolicy, RedirectRefusedError
 from releasebot.edge.retry import (

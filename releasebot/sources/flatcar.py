@@ -19,9 +19,9 @@ import re
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict, cast
 
-from releasebot.domain.errors import FeedFormatError
-from releasebot.domain.models import FlatcarRelease
-from releasebot.domain.versions import Arch, FlatcarVersion, is_kernel_version
+from releasebot.domain.shared.errors import FeedFormatError
+from releasebot.domain.shared.versions import Arch, FlatcarVersion, is_kernel_version
+from releasebot.domain.targets.models import FlatcarRelease
 from releasebot.sources._json import content_sha256, load_json_document, quote
 
 _DATE_FORMAT = "%Y-%m-%d %H:%M:%S %z"

@@ -18,10 +18,10 @@ import re
 
 import httpx
 
-from releasebot.domain.attestation import Material
-from releasebot.domain.errors import TemporaryError
-from releasebot.domain.models import Target
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import TemporaryError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.attestation import Material
+from releasebot.domain.targets.models import Target
 from releasebot.sources.artifacts import FLATCAR_FILES, HttpArtifactSource
 
 MAX_DIGESTS_BYTES = 64 * 1024

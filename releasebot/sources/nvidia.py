@@ -21,9 +21,9 @@ from datetime import date
 from typing import TypedDict, cast
 from urllib.parse import urlsplit
 
-from releasebot.domain.errors import FeedFormatError
-from releasebot.domain.models import DriverRelease
-from releasebot.domain.versions import Arch, DriverVersion, is_driver_branch
+from releasebot.domain.shared.errors import FeedFormatError
+from releasebot.domain.shared.versions import Arch, DriverVersion, is_driver_branch
+from releasebot.domain.targets.models import DriverRelease
 from releasebot.sources._json import content_sha256, load_json_document, quote
 
 _DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")

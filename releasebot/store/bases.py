@@ -16,10 +16,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, update
 
-from releasebot.domain.base_tags import BaseSpec
-from releasebot.domain.bases import BaseRecord, BaseState
-from releasebot.domain.builds import FailureReason
-from releasebot.domain.versions import Arch, DriverVersion
+from releasebot.domain.shared.versions import Arch, DriverVersion
+from releasebot.domain.targets.base_tags import BaseSpec
+from releasebot.domain.targets.bases import BaseRecord, BaseState
+from releasebot.domain.targets.builds import FailureReason
 from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error, fit_log
 from releasebot.store.tables import driver_bases as _bases

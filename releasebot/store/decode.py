@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Row, Table
 
-from releasebot.domain.errors import ReleasebotError, StoreError
+from releasebot.domain.shared.errors import ReleasebotError, StoreError
 from releasebot.edge.text import one_line
 from releasebot.store.tables import Unreadable
 

@@ -26,12 +26,15 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
-from releasebot.domain.bases import BaseRecord
-from releasebot.domain.builds import BuildRecord
-from releasebot.domain.events import Event, MessageRef, StoredEvent
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.fleet_records import FleetRecord
-from releasebot.domain.models import (
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.proof import ProofRecord
+from releasebot.domain.fleet.records import FleetRecord
+from releasebot.domain.fleet.retention import DeletionRecord, Listing
+from releasebot.domain.ports import StateStore
+from releasebot.domain.targets.bases import BaseRecord
+from releasebot.domain.targets.builds import BuildRecord
+from releasebot.domain.targets.events import Event, MessageRef, StoredEvent
+from releasebot.domain.targets.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
@@ -40,9 +43,6 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
-from releasebot.domain.ports import StateStore
-from releasebot.domain.proof import ProofRecord
-from releasebot.domain.retention import DeletionRecord, Listing
 from releasebot.store.memory import MemoryStateStore
 
 T = TypeVar("T")

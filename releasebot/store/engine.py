@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import StaticPool
 
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ReleasebotError,
     StoreError,
     StoreUnavailableError,

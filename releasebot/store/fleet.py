@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, func, insert, select, update
 
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.fleet_records import FleetObservation, FleetRecord, diff_fleet
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.records import FleetObservation, FleetRecord, diff_fleet
 from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error
 from releasebot.store.tables import fleet_nodes

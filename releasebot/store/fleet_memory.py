@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.fleet_records import FleetRecord, diff_fleet
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.records import FleetRecord, diff_fleet
 from releasebot.store.limits import fit_error
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from releasebot.domain.models import Validators
+from releasebot.domain.targets.models import Validators
 from releasebot.edge.redact import redact
 
 ERROR_MAX_CHARS = 1000

@@ -17,13 +17,17 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from releasebot.domain.bases import BaseRecord
-from releasebot.domain.builds import BuildRecord
-from releasebot.domain.errors import StoreError
-from releasebot.domain.events import Event, MessageRef, StoredEvent, read_event
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.fleet_records import FleetRecord
-from releasebot.domain.models import (
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.proof import ProofRecord
+from releasebot.domain.fleet.records import FleetRecord
+from releasebot.domain.fleet.retention import DeletionRecord, Listing
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.bases import BaseRecord
+from releasebot.domain.targets.builds import BuildRecord
+from releasebot.domain.targets.diff import diff_targets, requested_target
+from releasebot.domain.targets.events import Event, MessageRef, StoredEvent, read_event
+from releasebot.domain.targets.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
@@ -32,10 +36,6 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
-from releasebot.domain.proof import ProofRecord
-from releasebot.domain.retention import DeletionRecord, Listing
-from releasebot.domain.targets import diff_targets, requested_target
-from releasebot.domain.versions import Arch
 from releasebot.store.fleet_memory import FleetHistory
 from releasebot.store.limits import fit_error, fit_log, kept_validators, mask_payload
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 
-from releasebot.domain.errors import StoreError
+from releasebot.domain.shared.errors import StoreError
 from releasebot.edge.text import one_line
 from releasebot.store.engine import MIGRATION_LOCK, lock_writes, make_engine, transaction
 from releasebot.store.tables import metadata
@@ -147,7 +147,7 @@ def _shared_address(url: str) -> URL | None:
 
 def child_upgrade() -> int:
     """The child's side of ``upgrade_apart``: the URL from stdin, one line on failure."""
-    from releasebot.domain.errors import ReleasebotError
+    from releasebot.domain.shared.errors import ReleasebotError
     from releasebot.edge.redact import redact
 
     url = sys.stdin.readline().strip()

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
 
-from releasebot.domain.events import Event, MessageRef, Payload, StoredEvent, read_event
+from releasebot.domain.targets.events import Event, MessageRef, Payload, StoredEvent, read_event
 from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error, mask_payload
 from releasebot.store.tables import flags, message_refs, outbox

@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, delete, insert, select, update
 
-from releasebot.domain.proof import ProofRecord, ProofState
-from releasebot.domain.versions import Arch, FlatcarVersion
+from releasebot.domain.fleet.proof import ProofRecord, ProofState
+from releasebot.domain.shared.versions import Arch, FlatcarVersion
 from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error, fit_log
 from releasebot.store.tables import proofs as _proofs

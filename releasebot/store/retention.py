@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select
 
-from releasebot.domain.retention import DeletionRecord, Listing
+from releasebot.domain.fleet.retention import DeletionRecord, Listing
 from releasebot.store.decode import row_mapper
 from releasebot.store.limits import fit_error
 from releasebot.store.tables import flatcar_feed_entries, retention_deletions

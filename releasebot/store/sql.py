@@ -26,12 +26,16 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, Table, bindparam, insert, select, update
 
-from releasebot.domain.bases import BaseRecord
-from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
-from releasebot.domain.events import Event, MessageRef, StoredEvent
-from releasebot.domain.fleet import ParsedNode
-from releasebot.domain.fleet_records import FleetRecord
-from releasebot.domain.models import (
+from releasebot.domain.fleet.nodes import ParsedNode
+from releasebot.domain.fleet.proof import ProofRecord
+from releasebot.domain.fleet.records import FleetRecord
+from releasebot.domain.fleet.retention import DeletionRecord, Listing
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.targets.bases import BaseRecord
+from releasebot.domain.targets.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.targets.diff import diff_targets, requested_target
+from releasebot.domain.targets.events import Event, MessageRef, StoredEvent
+from releasebot.domain.targets.models import (
     DriverRelease,
     FeedState,
     FlatcarRelease,
@@ -42,10 +46,6 @@ from releasebot.domain.models import (
     Validators,
     reasons_text,
 )
-from releasebot.domain.proof import ProofRecord
-from releasebot.domain.retention import DeletionRecord, Listing
-from releasebot.domain.targets import diff_targets, requested_target
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.store import bases as base_rows
 from releasebot.store import fleet, outbox, retention, revisions
 from releasebot.store import proofs as proof_rows

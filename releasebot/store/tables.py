@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
-from releasebot.domain.versions import Arch, sorted_arches
+from releasebot.domain.shared.versions import Arch, sorted_arches
 from releasebot.edge.text import one_line
 from releasebot.store.limits import ERROR_MAX_CHARS
 
@@ -256,7 +256,7 @@ proofs = Table(
     Column("pod", Text),
     Column("log_tail", Text),
 )
-"""The after-reboot proof: one row per node FLUO reboots (``domain/proof.py``)."""
+"""The after-reboot proof: one row per node FLUO reboots (``domain/fleet/proof.py``)."""
 
 outbox = Table(
     "outbox",
@@ -316,7 +316,7 @@ fleet_nodes = Table(
     Column("first_seen_at", UtcDateTime, nullable=False),
     Column("last_seen_at", UtcDateTime, nullable=False),
 )
-"""Fleet history: one row per node and state (``domain/fleet_records.py``); the highest
+"""Fleet history: one row per node and state (``domain/fleet/records.py``); the highest
 ``id`` of a name is its latest state. Rows are never deleted."""
 
 retention_deletions = Table(
@@ -366,6 +366,6 @@ driver_bases = Table(
     Column("next_attempt_at", UtcDateTime),
     Column("published_at", UtcDateTime),
 )
-"""Driver bases (``domain/bases.py``): one row per base tag, with its current or last
+"""Driver bases (``domain/targets/bases.py``): one row per base tag, with its current or last
 attempt; the digest per-release Jobs are built FROM. Rows are never deleted (a base that
 no plan needs any more stays known, as its tag stays in the registry)."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, select
 
-from releasebot.domain.models import TargetRecord, TargetState
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from releasebot.store import revisions
 from releasebot.store.tables import targets
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from releasebot import __version__
-from releasebot.domain.coverage import Verdict
-from releasebot.domain.models import REASON_ORDER, TargetState
+from releasebot.domain.fleet.coverage import Verdict
+from releasebot.domain.targets.models import REASON_ORDER, TargetState
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 _TEXT = {"type": ["string", "null"]}

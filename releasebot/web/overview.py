@@ -38,10 +38,10 @@ from importlib.resources import files
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote
 
-from releasebot.domain.errors import ReleasebotError, StoreUnavailableError
-from releasebot.domain.models import TargetState
-from releasebot.domain.overview import RECHECK_AFTER_SECONDS
-from releasebot.domain.versions import DriverVersion, FlatcarVersion, is_oci_tag
+from releasebot.domain.shared.errors import ReleasebotError, StoreUnavailableError
+from releasebot.domain.shared.versions import DriverVersion, FlatcarVersion, is_oci_tag
+from releasebot.domain.targets.models import TargetState
+from releasebot.domain.views.overview import RECHECK_AFTER_SECONDS
 from releasebot.edge.redact import redact as redact_forms
 from releasebot.edge.text import one_line
 from releasebot.web.answers import AnswerCache, Built

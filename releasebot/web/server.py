@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from releasebot.web.overview import OverviewApp
 
-from releasebot.domain.untrusted import quoted
+from releasebot.domain.shared.untrusted import quoted
 from releasebot.edge.parse import ValueRefusedError, parse_content_length
 from releasebot.web.hosts import HostPolicy
 

@@ -20,9 +20,6 @@ from sqlalchemy import Engine
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.config import DatabaseSettings, FlatcarSettings, NvidiaSettings, Settings
 from releasebot.config.pod import kubeconfig_path
-from releasebot.domain.attestation import Verification
-from releasebot.domain.bases import BaseRules
-from releasebot.domain.errors import ConfigError, StoreError
 from releasebot.domain.ports import (
     FleetSource,
     JobLauncher,
@@ -31,6 +28,9 @@ from releasebot.domain.ports import (
     Registry,
     StateStore,
 )
+from releasebot.domain.shared.errors import ConfigError, StoreError
+from releasebot.domain.targets.attestation import Verification
+from releasebot.domain.targets.bases import BaseRules
 from releasebot.edge.retry import real_sleep
 from releasebot.edge.stop import Halt
 from releasebot.registry.credentials import (
@@ -513,7 +513,7 @@ def reconcile_service(
 
 
 def base_rules(settings: Settings) -> BaseRules | None:
-    """What makes a driver base (``domain/bases.py``); ``None`` with ``recipe.bases`` off.
+    """What makes a driver base (``domain/targets/bases.py``); ``None`` with ``recipe.bases`` off.
 
     The revision is the shipped recipe's digest, or the commit a git context pins: a
     change of either is a new base."""

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from releasebot.config import Settings
 from releasebot.config.pod import replica_identity
-from releasebot.service.runner import RunnerOptions
+from releasebot.runtime.lock import CycleGuard, local_holder
+from releasebot.runtime.runner import RunnerOptions
 from releasebot.store.engine import make_engine
-from releasebot.store.lock import CycleGuard, local_holder
 from releasebot.wiring.core import utc_now
 
 GUARD_TTL = RunnerOptions.guard_ttl
@@ -33,7 +33,7 @@ def run_identity(settings: Settings) -> str:
 
 def guard_holder(identity: str) -> str:
     """Who holds the cycle guard: ``<identity>@<host>:<pid>``, so a process on the same host
-    can tell that a holder died (``store.lock``) instead of waiting for its row to lapse."""
+    can tell that a holder died (``runtime.lock``) instead of waiting for its row to lapse."""
     return local_holder(identity)
 
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine
 
 from releasebot.config import Settings
-from releasebot.domain.errors import ConfigError
 from releasebot.domain.ports import FleetSource, StateStore
+from releasebot.domain.shared.errors import ConfigError
 from releasebot.registry.janitor import OrasJanitor
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.retention import RetentionService

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 from releasebot.config import Settings
 from releasebot.config.pod import kubeconfig_path, lease_namespace
 from releasebot.config.secrets import secret_values
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.shared.errors import ConfigError
 from releasebot.edge.heap import give_back_free_memory
 from releasebot.edge.parse import parse_listen_address
 from releasebot.edge.stop import Halt
+from releasebot.runtime.lock import CycleGuard
+from releasebot.runtime.runner import RunnerOptions
 from releasebot.service.runlog import log_feed_outcome, run_retention
-from releasebot.service.runner import RunnerOptions
-from releasebot.store.lock import CycleGuard
 from releasebot.store.migrate import upgrade_apart
 from releasebot.web.server import HttpServer
 from releasebot.wiring.core import kube_client, open_engine, reconcile_service
@@ -46,13 +46,13 @@ if TYPE_CHECKING:
 
 def make_elector(settings: Settings, identity: str) -> LeaderElector:
     """The Kubernetes Lease elector, or ``AlwaysLeader`` with ``leader_election = "none"``."""
-    from releasebot.leader.memory import AlwaysLeader
+    from releasebot.runtime.leader.memory import AlwaysLeader
 
     run = settings.run
     if run.leader_election == "none":
         return AlwaysLeader(identity)
     from releasebot.edge.kube import make_kube_client
-    from releasebot.leader.lease import KubernetesLeaseElector
+    from releasebot.runtime.leader.lease import KubernetesLeaseElector
 
     lease = run.lease
     kubeconfig = kubeconfig_path(settings)
@@ -92,7 +92,7 @@ def run_service(
     """``releasebot run``: serve and schedule until SIGTERM/SIGINT (or ``stop`` is set).
 
     Exit code 0 after a clean shutdown. A cycle still running after the shutdown grace is
-    abandoned by ending the process at once (see ``service.runner``).
+    abandoned by ending the process at once (see ``runtime.runner``).
     """
     from releasebot.logs import RedactSecrets, configure_logging
 
@@ -173,8 +173,8 @@ def _serve(
     stop: threading.Event,
 ) -> int:
     """Start everything on the bound servers, serve until ``stop``, shut down in order."""
-    from releasebot.service.metrics import ServiceMetrics
-    from releasebot.service.runner import Runner
+    from releasebot.runtime.metrics import ServiceMetrics
+    from releasebot.runtime.runner import Runner
     from releasebot.store.engine import ping
 
     halt = Halt()  # set at shutdown: ends the cycle's waits on upstreams

@@ -21,14 +21,14 @@ import httpx
 
 from releasebot import __version__
 from releasebot.config import Settings
-from releasebot.domain.errors import ConfigError, SigningError
 from releasebot.domain.ports import Attestor, Registry
-from releasebot.domain.versions import is_oci_tag
+from releasebot.domain.shared.errors import ConfigError, SigningError
+from releasebot.domain.shared.versions import is_oci_tag
 from releasebot.edge.parse import ValueRefusedError, read_regular_file
 from releasebot.edge.text import one_line
 
 if TYPE_CHECKING:
-    from releasebot.domain.attestation import Verification
+    from releasebot.domain.targets.attestation import Verification
     from releasebot.signing.keyfiles import KeyFiles
     from releasebot.signing.keys import VerifyingKey
 

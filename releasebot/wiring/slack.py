@@ -23,8 +23,8 @@ from sqlalchemy import Engine
 
 from releasebot.config import Settings
 from releasebot.config.secrets import secret_values
-from releasebot.domain.errors import ReleasebotError
 from releasebot.domain.ports import StateStore
+from releasebot.domain.shared.errors import ReleasebotError
 from releasebot.service.delivery import deliver_guarded, discard_guarded
 from releasebot.service.notifications import DeliveryOutage, DeliveryRound, NotificationService
 from releasebot.store.sql import SqlStateStore

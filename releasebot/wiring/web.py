@@ -15,8 +15,8 @@ from dataclasses import replace
 from releasebot.config import Settings
 from releasebot.config.secrets import secret_values
 from releasebot.demo.history import seed_demo_builds
-from releasebot.domain.errors import ConfigError
 from releasebot.domain.ports import StateStore
+from releasebot.domain.shared.errors import ConfigError
 from releasebot.edge.parse import ValueRefusedError, parse_listen_address
 from releasebot.edge.redact import Redactor
 from releasebot.service.overview import OverviewOptions, OverviewService

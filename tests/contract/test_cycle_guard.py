@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.engine import URL, make_url
 
+from releasebot.runtime.lock import CYCLE_LOCK, CycleGuard
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
-from releasebot.store.lock import CYCLE_LOCK, CycleGuard
 from releasebot.store.tables import locks
 from tests.support.postgres import fresh_postgres_database
 

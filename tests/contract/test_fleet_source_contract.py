@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.fleet import parse_node
-from releasebot.domain.operator import (
+from releasebot.domain.fleet.nodes import parse_node
+from releasebot.domain.fleet.operator import (
     CrdAbsent,
     DriverMode,
     OperatorView,
@@ -27,8 +27,8 @@ from releasebot.domain.operator import (
     parse_nvidia_driver,
     resolve_images,
 )
+from releasebot.domain.fleet.selectors import LabelSelector
 from releasebot.domain.ports import FleetSource
-from releasebot.domain.selectors import LabelSelector
 from releasebot.fleet.kubernetes import KubernetesFleetSource
 from releasebot.fleet.memory import MemoryFleetSource
 from tests.support.kubeapi import FakeKubeApi

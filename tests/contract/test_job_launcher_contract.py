@@ -23,15 +23,15 @@ import pytest
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
 from releasebot.builders.memory import MemoryJobLauncher
-from releasebot.domain.builds import (
+from releasebot.domain.ports import JobLauncher
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import (
     BuildRequest,
     FailureReason,
     JobPhase,
     build_request,
 )
-from releasebot.domain.models import Target
-from releasebot.domain.ports import JobLauncher
-from releasebot.domain.versions import Arch
+from releasebot.domain.targets.models import Target
 from tests.support.kubeapi import FakeKubeApi
 from tests.support.targets import make_target
 

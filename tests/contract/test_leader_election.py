@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from lightkube import Client
 
-from releasebot.domain.errors import ClusterRejectedError, ClusterUnavailableError
 from releasebot.domain.ports import LeaderElector
-from releasebot.leader.lease import KubernetesLeaseElector
-from releasebot.leader.memory import AlwaysLeader, MemoryElector, MemoryLease
+from releasebot.domain.shared.errors import ClusterRejectedError, ClusterUnavailableError
+from releasebot.runtime.leader.lease import KubernetesLeaseElector
+from releasebot.runtime.leader.memory import AlwaysLeader, MemoryElector, MemoryLease
 from tests.support.kubeapi import FakeKubeApi
 
 DURATION = timedelta(seconds=15)

@@ -23,12 +23,7 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import (
-    ClusterForbiddenError,
-    ClusterRejectedError,
-    ClusterUnavailableError,
-)
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     FLUO_AFTER_REBOOT,
@@ -37,6 +32,11 @@ from releasebot.domain.fleet import (
     FleetNode,
 )
 from releasebot.domain.ports import FleetSource, NodeAnnotator
+from releasebot.domain.shared.errors import (
+    ClusterForbiddenError,
+    ClusterRejectedError,
+    ClusterUnavailableError,
+)
 from releasebot.edge.retry import RetryPolicy
 from releasebot.fleet.gate import KubernetesNodeAnnotator
 from releasebot.fleet.kubernetes import KubernetesFleetSource

@@ -23,17 +23,17 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import (
-    ClusterForbiddenError,
-    ClusterRejectedError,
-    ClusterUnavailableError,
-)
-from releasebot.domain.ports import PodSource
-from releasebot.domain.proof import (
+from releasebot.domain.fleet.proof import (
     LOG_TAIL_CHARS,
     LOG_TAIL_LINES,
     PodRole,
     parse_pod,
+)
+from releasebot.domain.ports import PodSource
+from releasebot.domain.shared.errors import (
+    ClusterForbiddenError,
+    ClusterRejectedError,
+    ClusterUnavailableError,
 )
 from releasebot.edge.retry import RetryPolicy
 from releasebot.fleet.memory import MemoryFleetSource

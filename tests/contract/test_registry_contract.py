@@ -22,8 +22,8 @@ from datetime import timedelta
 
 import pytest
 
-from releasebot.domain.errors import RegistryError
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import RegistryError
+from releasebot.domain.shared.versions import Arch
 from releasebot.registry import DOCKER_MANIFEST, OCI_MANIFEST
 from releasebot.registry.memory import MemoryRegistry
 from releasebot.registry.oras import OrasRegistry

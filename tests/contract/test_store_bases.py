@@ -16,13 +16,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from releasebot.domain.base_tags import BaseSpec
-from releasebot.domain.bases import BaseRecord, BaseState, base_failed_event
-from releasebot.domain.builds import FailureReason
-from releasebot.domain.errors import StoreError
-from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch, DriverVersion
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.shared.versions import Arch, DriverVersion
+from releasebot.domain.targets.base_tags import BaseSpec
+from releasebot.domain.targets.bases import BaseRecord, BaseState, base_failed_event
+from releasebot.domain.targets.builds import FailureReason
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from releasebot.store.dryrun import DryRunStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import driver, flatcar, plan

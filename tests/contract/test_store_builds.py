@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
-from releasebot.domain.errors import StoreError
-from releasebot.domain.models import TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from tests.contract.test_store_contract import driver, flatcar, plan
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

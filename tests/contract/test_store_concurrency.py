@@ -20,8 +20,8 @@ from typing import TypeVar
 import pytest
 from sqlalchemy.engine import URL, make_url
 
-from releasebot.domain.errors import StoreUnavailableError
-from releasebot.domain.models import TargetRecord
+from releasebot.domain.shared.errors import StoreUnavailableError
+from releasebot.domain.targets.models import TargetRecord
 from releasebot.store import migrate
 from releasebot.store.engine import lock_writes, make_engine
 from releasebot.store.sql import SqlStateStore

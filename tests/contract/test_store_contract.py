@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, select
 
-from releasebot.domain.errors import StoreError, StoreUnavailableError
-from releasebot.domain.models import (
+from releasebot.domain.ports import StateStore
+from releasebot.domain.shared.errors import StoreError, StoreUnavailableError
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.targets.models import (
     DriverRelease,
     FlatcarRelease,
     Target,
@@ -31,8 +33,6 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
-from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from releasebot.store.engine import make_engine
 from releasebot.store.limits import ERROR_MAX_CHARS
 from releasebot.store.sql import SqlStateStore

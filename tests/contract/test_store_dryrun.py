@@ -21,11 +21,11 @@ from sqlalchemy import Engine, event, update
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
-from releasebot.domain.decisions import Action
-from releasebot.domain.models import TargetState
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.models import TargetState
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import CycleReport, ReconcileOptions, ReconcileService

@@ -25,15 +25,15 @@ from sqlalchemy import Engine, exc, insert, text, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.sql.expression import Executable
 
-from releasebot.domain.builds import BuildRecord, BuildState
-from releasebot.domain.errors import (
+from releasebot.domain.ports import StateStore
+from releasebot.domain.shared.errors import (
     ReleasebotError,
     StoreError,
     StoreUnavailableError,
     TemporaryError,
 )
-from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine, translate_error
 from releasebot.store.sql import SqlStateStore

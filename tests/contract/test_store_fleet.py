@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, func, select
 
-from releasebot.domain.errors import StoreError
-from releasebot.domain.fleet import FLUO_NEW_VERSION, NFD_VERSION_ID, ParsedNode, parse_node
-from releasebot.domain.fleet_records import FleetObservation, FleetRecord
+from releasebot.domain.fleet.nodes import FLUO_NEW_VERSION, NFD_VERSION_ID, ParsedNode, parse_node
+from releasebot.domain.fleet.records import FleetObservation, FleetRecord
 from releasebot.domain.ports import StateStore
+from releasebot.domain.shared.errors import StoreError
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Row, text
 
-from releasebot.domain.models import Target, TargetRecord, TargetState
 from releasebot.domain.ports import StateStore
+from releasebot.domain.targets.models import Target, TargetRecord, TargetState
 from releasebot.store import sql
 from releasebot.store.sql import SqlStateStore
 from tests.contract.conftest import Backend

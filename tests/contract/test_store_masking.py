@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from releasebot.domain.builds import BuildState
-from releasebot.domain.events import EventKind, build_event
-from releasebot.domain.fleet import IgnoredNode
-from releasebot.domain.models import TargetState
-from releasebot.domain.retention import DeletionRecord
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.nodes import IgnoredNode
+from releasebot.domain.fleet.retention import DeletionRecord
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildState
+from releasebot.domain.targets.events import EventKind, build_event
+from releasebot.domain.targets.models import TargetState
 from releasebot.store.limits import LOG_TAIL_MAX_CHARS
 from tests.contract.conftest import Backend
 from tests.contract.test_store_builds import build, planned_target

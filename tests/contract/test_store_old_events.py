@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
-from releasebot.domain.errors import StoreError
-from releasebot.domain.events import (
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.targets.events import (
     BuildIncompatible,
     BuildStarted,
     FeedFailing,

@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from releasebot.domain.errors import StoreError
-from releasebot.domain.events import (
+from releasebot.domain.ports import StateStore
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.targets.events import (
     Event,
     EventKind,
     FeedFailing,
@@ -24,8 +25,7 @@ from releasebot.domain.events import (
     feed_key,
     read_event,
 )
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.ports import StateStore
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from releasebot.service.notifications import discard_undeliverable
 from releasebot.store.dryrun import DryRunStore
 from releasebot.store.limits import ERROR_MAX_CHARS

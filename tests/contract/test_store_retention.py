@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from releasebot.domain.errors import StoreError
-from releasebot.domain.events import EventKind, deletion_key, read_event
+from releasebot.domain.fleet.retention import DeletionRecord, Listing
 from releasebot.domain.ports import StateStore
-from releasebot.domain.retention import DeletionRecord, Listing
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.targets.events import EventKind, deletion_key, read_event
 from releasebot.store.dryrun import DryRunStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import SEEN, URL, flatcar

@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from releasebot.domain.builds import BuildRecord, BuildState
-from releasebot.domain.errors import StoreError
-from releasebot.domain.models import TargetRecord, TargetState, Validators
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState
+from releasebot.domain.targets.models import TargetRecord, TargetState, Validators
 from releasebot.store.sql import SqlStateStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import URL, driver, flatcar, plan

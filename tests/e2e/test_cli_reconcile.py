@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli import main
-from releasebot.domain.events import EventKind, read_event
+from releasebot.domain.targets.events import EventKind, read_event
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
 from tests.support.builds import KanikoPlayer

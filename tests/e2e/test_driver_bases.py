@@ -30,14 +30,14 @@ from sqlalchemy import Engine
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
-from releasebot.domain.base_tags import parse_base_tag
-from releasebot.domain.bases import BaseRules, BaseState
-from releasebot.domain.builds import FailureReason
-from releasebot.domain.events import EventKind
-from releasebot.domain.models import TargetState
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
-from releasebot.domain.retention import BASE_KEPT, RetentionInputs, plan_retention
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.retention import BASE_KEPT, RetentionInputs, plan_retention
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.base_tags import parse_base_tag
+from releasebot.domain.targets.bases import BaseRules, BaseState
+from releasebot.domain.targets.builds import FailureReason
+from releasebot.domain.targets.events import EventKind
+from releasebot.domain.targets.models import TargetState
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedSpec, PlanService

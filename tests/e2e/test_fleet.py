@@ -32,14 +32,14 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.fleet import DEFAULT_GATE_ANNOTATION, GATE_VERSION_ANNOTATION
-from releasebot.domain.models import TargetReason, TargetState
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.nodes import DEFAULT_GATE_ANNOTATION, GATE_VERSION_ANNOTATION
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.models import TargetReason, TargetState
 from releasebot.fleet.gate import KubernetesNodeAnnotator
 from releasebot.fleet.kubernetes import KubernetesFleetSource
 from releasebot.notify.slack import SlackNotifier, make_web_client
+from releasebot.runtime.metrics import ServiceMetrics
 from releasebot.service.fleet import FleetService
-from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.notifications import NotificationService
 from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import CycleReport

@@ -31,16 +31,16 @@ from sqlalchemy import Engine, event, text
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
-from releasebot.domain.builds import FailureReason
-from releasebot.domain.decisions import Action
-from releasebot.domain.models import TargetReason, TargetState
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import FailureReason
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.models import TargetReason, TargetState
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.fleet.kubernetes import KubernetesFleetSource
 from releasebot.registry import OCI_MANIFEST
 from releasebot.registry.oras import OrasRegistry
+from releasebot.runtime.metrics import ServiceMetrics
 from releasebot.service.fleet import FleetService
-from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import CycleReport, ReconcileOptions, ReconcileService
 from releasebot.sources.fetch import HttpFeedFetcher

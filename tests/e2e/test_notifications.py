@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
 from releasebot.notify.slack import SlackNotifier, make_web_client
 from releasebot.service.notifications import NotificationService
 from tests.e2e.test_reconcile import NEW, OLD, STABLE_AFTER, Rig, _rig, feeds  # noqa: F401

@@ -22,12 +22,12 @@ import pytest
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
-from releasebot.domain.commands import Command, Verb
-from releasebot.domain.decisions import Action
-from releasebot.domain.models import TargetRecord, TargetState, Validators
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.domain.ports import FetchResult
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.commands import Command, Verb
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.models import TargetRecord, TargetState, Validators
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.commands import CommandService
 from releasebot.service.plan import FeedSpec, PlanService

@@ -26,21 +26,21 @@ from typing import Any
 import httpx
 import pytest
 
-from releasebot.domain.commands import Command, Verb
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     FLUO_AFTER_REBOOT,
 )
-from releasebot.domain.models import TargetState
-from releasebot.domain.proof import ProofRules, ProofState
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.proof import ProofRules, ProofState
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.commands import Command, Verb
+from releasebot.domain.targets.models import TargetState
 from releasebot.fleet.gate import KubernetesNodeAnnotator
 from releasebot.fleet.kubernetes import KubernetesFleetSource
 from releasebot.fleet.pods import KubernetesPodSource
+from releasebot.runtime.metrics import ServiceMetrics
 from releasebot.service.commands import CommandService
 from releasebot.service.fleet import FleetService
-from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.proof import ProofService
 from tests.e2e.test_fleet import PENDING, cycle, delivery, gauge, plan_with
 from tests.e2e.test_reconcile import Rig, _rig, feeds  # noqa: F401 (a fixture)

@@ -15,8 +15,8 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from releasebot.domain.models import TargetState
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.models import TargetState
 from releasebot.service.reconcile import ReconcileOptions
 from releasebot.sources.artifacts import FLATCAR_FILES, HttpArtifactSource
 from tests.e2e.test_reconcile import OLD, Rig, _rig, feeds  # noqa: F401 - a fixture

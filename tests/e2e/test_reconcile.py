@@ -24,11 +24,11 @@ from sqlalchemy import Engine
 
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.kubernetes import KubernetesJobLauncher
-from releasebot.domain.builds import BuildState, FailureReason
-from releasebot.domain.errors import RegistryError, TargetBusyError
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import RegistryError, TargetBusyError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildState, FailureReason
+from releasebot.domain.targets.models import TargetRecord, TargetState
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.registry.oras import OrasRegistry
 from releasebot.service.plan import FeedSpec, PlanService
 from releasebot.service.reconcile import CycleReport, ReconcileOptions, ReconcileService

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from releasebot.domain.decisions import Action
-from releasebot.domain.errors import RegistryUnavailableError
-from releasebot.domain.events import EventKind
-from releasebot.domain.models import TargetState
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import RegistryUnavailableError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.events import EventKind
+from releasebot.domain.targets.models import TargetState
 from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.signing import formats as oci
 from releasebot.signing.attestor import RegistryAttestor

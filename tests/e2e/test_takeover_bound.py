@@ -22,13 +22,13 @@ import pytest
 from sqlalchemy import Engine
 
 from releasebot.config.sections import RunSettings
-from releasebot.leader.lease import KubernetesLeaseElector
-from releasebot.service.metrics import ServiceMetrics
+from releasebot.runtime.leader.lease import KubernetesLeaseElector
+from releasebot.runtime.lock import CycleGuard
+from releasebot.runtime.metrics import ServiceMetrics
+from releasebot.runtime.runner import Runner, RunnerOptions
 from releasebot.service.reconcile import CycleReport
-from releasebot.service.runner import Runner, RunnerOptions
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
-from releasebot.store.lock import CycleGuard
 from releasebot.store.memory import MemoryStateStore
 from tests.support.kubeapi import FakeKubeApi
 

@@ -242,7 +242,7 @@ def test_outbox_row_of_an_unknown_kind_is_named(tmp_path: Path, backend: str) ->
     naming the outbox row (the round logs it once), never a ``ValueError``; the row stays."""
     from datetime import UTC, datetime
 
-    from releasebot.domain.errors import StoreError
+    from releasebot.domain.shared.errors import StoreError
     from releasebot.store import migrate
     from releasebot.store.sql import SqlStateStore
 

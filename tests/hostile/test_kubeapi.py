@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain import errors
-from releasebot.domain.operator import DriverSource
+from releasebot.domain.fleet.operator import DriverSource
+from releasebot.domain.fleet.proof import LOG_TAIL_CHARS, POD_CONTAINERS_MAX
 from releasebot.domain.ports import NodeListing
-from releasebot.domain.proof import LOG_TAIL_CHARS, POD_CONTAINERS_MAX
+from releasebot.domain.shared import errors
 from releasebot.edge.kube import make_kube_client
 from releasebot.edge.retry import RetryPolicy
 from releasebot.fleet.kubernetes import KubernetesFleetSource

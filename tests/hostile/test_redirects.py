@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from releasebot.domain.errors import FeedRejectedError, TemporaryError
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import FeedRejectedError, TemporaryError
+from releasebot.domain.shared.versions import Arch
 from releasebot.sources.artifacts import FLATCAR_FILES, HttpArtifactSource
 from releasebot.sources.fetch import HttpFeedFetcher
 from tests.hostile.conftest import assert_absent, assert_clean_line

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain import errors
+from releasebot.domain.shared import errors
 from releasebot.registry.oras import OrasRegistry
 from tests.hostile.conftest import Case, assert_absent, assert_clean_line, body_of, cases
 from tests.support.feedserver import FeedServer, Reply

@@ -32,8 +32,8 @@ import httpx
 import pytest
 
 from releasebot.config import load_settings
-from releasebot.domain.errors import ConfigError, RegistryAuthError
-from releasebot.domain.events import Event, EventKind, StoredEvent, read_event
+from releasebot.domain.shared.errors import ConfigError, RegistryAuthError
+from releasebot.domain.targets.events import Event, EventKind, StoredEvent, read_event
 from releasebot.edge.kube import make_kube_client
 from releasebot.edge.redact import Redactor, redact
 from releasebot.logs import configure_logging

@@ -18,7 +18,7 @@ import pytest
 
 from releasebot.cli import main
 from releasebot.config import load_settings
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.shared.errors import ConfigError
 from releasebot.edge.parse import parse_listen_address
 from tests.hostile.conftest import (
     Case,

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
-from releasebot.domain.commands import Command
+from releasebot.domain.targets.commands import Command
 from releasebot.web.server import HttpServer
 from tests.hostile.conftest import Case, assert_no_traceback, body_of, cases
 

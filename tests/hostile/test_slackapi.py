@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain import errors
-from releasebot.domain.events import EventKind, StoredEvent, build_key, read_event
+from releasebot.domain.shared import errors
+from releasebot.domain.targets.events import EventKind, StoredEvent, build_key, read_event
 from releasebot.notify.slack import SlackNotifier, make_web_client
 from tests.hostile.conftest import Case, assert_absent, assert_clean_line, body_of, cases
 from tests.support.slackapi import BOT_TOKEN, CHANNEL, SlackApi

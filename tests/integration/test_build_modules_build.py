@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from releasebot.domain.builds import FailureReason, classify_exit
+from releasebot.domain.targets.builds import FailureReason, classify_exit
 from tests.support.tools import missing_tool
 
 SCRIPT = Path(__file__).resolve().parents[2] / "releasebot" / "recipe" / "scripts" / "build-modules"

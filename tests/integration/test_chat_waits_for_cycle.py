@@ -22,9 +22,9 @@ from sqlalchemy import Engine
 
 from releasebot.chat.guarded import GuardedCommands
 from releasebot.chat.slack import SlashCommandEndpoint, SlashCommandHandler
+from releasebot.runtime.lock import CycleGuard
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
-from releasebot.store.lock import CycleGuard
 from releasebot.wiring.guard import SharedGuard
 from tests.integration.test_slash_http import (
     ADMIN,

@@ -29,7 +29,7 @@ import jsonschema
 import pytest
 import yaml
 
-from releasebot.domain.fleet import NFD_OS_ID, NFD_VERSION_ID
+from releasebot.domain.fleet.nodes import NFD_OS_ID, NFD_VERSION_ID
 from tests.integration.test_cli_plan import run, serve_fixtures, write_config
 from tests.support.feedserver import FeedServer
 from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node

@@ -27,8 +27,8 @@ from releasebot.cli import main, tables
 from releasebot.cli.main import _print_report
 from releasebot.cli.retention import format_report, print_report
 from releasebot.config import load_settings
-from releasebot.domain.coverage import Coverage, coverage_json
-from releasebot.domain.models import TargetRecord
+from releasebot.domain.fleet.coverage import Coverage, coverage_json
+from releasebot.domain.targets.models import TargetRecord
 from releasebot.logs import RedactSecrets
 from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.reconcile import CycleReport, ReconcileService
@@ -204,7 +204,7 @@ def test_the_dry_run_manifests_and_decisions_are_the_same_bytes_in_one_write(
 
 
 def test_the_retention_report_is_written_once(real_plan: RealPlan) -> None:
-    from releasebot.domain.retention import Deletion, Kept, RetentionPlan
+    from releasebot.domain.fleet.retention import Deletion, Kept, RetentionPlan
 
     published = [record for record in real_plan.targets if record.digest]
     plan = RetentionPlan(

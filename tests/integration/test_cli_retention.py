@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli import main
-from releasebot.domain.events import EventKind
+from releasebot.domain.targets.events import EventKind
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
@@ -216,7 +216,7 @@ def test_the_configured_secrets_are_known_to_the_redactor(tmp_path: Path) -> Non
     import argparse
 
     from releasebot.cli.retention import _cmd_retention
-    from releasebot.domain.errors import ConfigError
+    from releasebot.domain.shared.errors import ConfigError
     from releasebot.logs import RedactSecrets
 
     secret = "plain-value-4f1c9a"  # no recognisable form: only a known value is masked

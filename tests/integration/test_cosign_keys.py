@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from releasebot.domain.errors import SigningError
+from releasebot.domain.shared.errors import SigningError
 from releasebot.signing.keys import (
     SCRYPT_ACCEPTED,
     encrypt_key,

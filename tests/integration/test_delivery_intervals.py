@@ -23,17 +23,17 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from releasebot.domain.events import EventKind, read_event
-from releasebot.leader.memory import AlwaysLeader
+from releasebot.domain.targets.events import EventKind, read_event
 from releasebot.notify.slack import SlackNotifier, make_web_client
+from releasebot.runtime.leader.memory import AlwaysLeader
+from releasebot.runtime.lock import CycleGuard
+from releasebot.runtime.metrics import ServiceMetrics
+from releasebot.runtime.runner import Runner, RunnerOptions
 from releasebot.service.delivery import deliver_guarded
-from releasebot.service.metrics import ServiceMetrics
 from releasebot.service.notifications import DeliveryOutage, NotificationService
 from releasebot.service.reconcile import CycleReport
-from releasebot.service.runner import Runner, RunnerOptions
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
-from releasebot.store.lock import CycleGuard
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring import utc_now
 from releasebot.wiring.guard import SharedGuard

@@ -21,14 +21,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from releasebot.domain.errors import (
+from releasebot.domain.ports import FetchedBody, Unchanged
+from releasebot.domain.shared.errors import (
     FeedFormatError,
     FeedRejectedError,
     FeedUnavailableError,
     TemporaryError,
 )
-from releasebot.domain.models import Validators
-from releasebot.domain.ports import FetchedBody, Unchanged
+from releasebot.domain.targets.models import Validators
 from releasebot.sources.fetch import HttpFeedFetcher, make_http_client
 from releasebot.sources.flatcar import parse_flatcar_feed
 from tests.support.feedserver import FeedServer, Reply

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     DeleteRefusedError,
     RegistryAuthError,
     RegistryError,

@@ -22,14 +22,14 @@ from typing import Any
 import httpx2
 import pytest
 
-from releasebot.domain.errors import (
+from releasebot.domain.fleet.nodes import FleetNode, IgnoredNode
+from releasebot.domain.fleet.operator import CrdAbsent
+from releasebot.domain.fleet.selectors import LabelSelector
+from releasebot.domain.shared.errors import (
     ClusterForbiddenError,
     ClusterRejectedError,
     ClusterUnavailableError,
 )
-from releasebot.domain.fleet import FleetNode, IgnoredNode
-from releasebot.domain.operator import CrdAbsent
-from releasebot.domain.selectors import LabelSelector
 from releasebot.fleet.kubernetes import KubernetesFleetSource
 from tests.support.kubeapi import FakeKubeApi
 

@@ -27,20 +27,20 @@ import pytest
 
 from releasebot.builders.kaniko import LOG_TAIL_MAX_CHARS, KanikoOptions
 from releasebot.builders.kubernetes import LOG_TAIL_LINES, KubernetesJobLauncher
-from releasebot.domain.builds import (
-    BuildRequest,
-    FailureReason,
-    JobPhase,
-    build_request,
-)
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ClusterRejectedError,
     ClusterUnavailableError,
     ConfigError,
     PermanentError,
     TemporaryError,
 )
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import (
+    BuildRequest,
+    FailureReason,
+    JobPhase,
+    build_request,
+)
 from releasebot.edge.kube import ERROR_TEXT_MAX_CHARS, make_kube_client
 from tests.support.kubeapi import FakeKubeApi
 from tests.support.targets import make_target

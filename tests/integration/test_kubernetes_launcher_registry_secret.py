@@ -19,14 +19,14 @@ import pytest
 
 from releasebot.builders.kaniko import KanikoOptions, registry_secret_name
 from releasebot.builders.kubernetes import KubernetesJobLauncher
-from releasebot.domain.builds import BuildRequest, JobPhase, build_request
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ClusterRejectedError,
     ClusterUnavailableError,
     RegistryAuthError,
     RegistryUnavailableError,
 )
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRequest, JobPhase, build_request
 from tests.support.kubeapi import FakeKubeApi
 from tests.support.targets import make_target
 

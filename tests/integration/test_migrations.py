@@ -25,8 +25,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, insert, inspect, select, text
 from sqlalchemy.engine import URL, make_url
 
-from releasebot.domain.errors import StoreError
-from releasebot.domain.models import Validators
+from releasebot.domain.shared.errors import StoreError
+from releasebot.domain.targets.models import Validators
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore

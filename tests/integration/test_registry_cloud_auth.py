@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from releasebot.domain.errors import RegistryAuthError, RegistryUnavailableError
+from releasebot.domain.shared.errors import RegistryAuthError, RegistryUnavailableError
 from releasebot.registry.credentials import CachedTokenCredentials
 from releasebot.registry.oras import OrasRegistry
 from tests.support.cloudtokens import (

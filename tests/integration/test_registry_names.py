@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import RegistryError
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import RegistryError
+from releasebot.domain.shared.versions import Arch
 from releasebot.registry import OCI_INDEX, OCI_MANIFEST
 from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.registry.janitor import OrasJanitor

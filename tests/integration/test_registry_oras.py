@@ -31,12 +31,12 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     RegistryAuthError,
     RegistryError,
     RegistryUnavailableError,
 )
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
 from releasebot.registry import DOCKER_MANIFEST, OCI_MANIFEST
 from releasebot.registry.oras import OrasRegistry
 from tests.support.feedserver import FeedServer, RecordedRequest, Reply

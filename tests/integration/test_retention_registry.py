@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from releasebot.domain.errors import DeleteRefusedError
-from releasebot.domain.events import EventKind
-from releasebot.domain.fleet import NFD_VERSION_ID
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.nodes import NFD_VERSION_ID
+from releasebot.domain.shared.errors import DeleteRefusedError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.events import EventKind
 from releasebot.fleet.memory import MemoryFleetSource
 from releasebot.registry import OCI_MANIFEST
 from releasebot.registry.artifacts import OrasArtifacts

@@ -28,9 +28,9 @@ import pytest
 
 from releasebot.config import Settings, load_settings
 from releasebot.edge import kube as kube_module
+from releasebot.runtime.runner import RunnerOptions
 from releasebot.service.notifications import DeliveryReport, NotificationService
 from releasebot.service.reconcile import ReconcileService
-from releasebot.service.runner import RunnerOptions
 from releasebot.store import engine as engine_module
 from releasebot.wiring import run as run_module
 from tests.support.feedserver import FeedServer

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from releasebot.config import Settings
-from releasebot.service.runner import RunnerOptions
+from releasebot.runtime.runner import RunnerOptions
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore

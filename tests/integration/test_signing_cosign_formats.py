@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
 from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.registry.oras import OrasRegistry
 from releasebot.signing import formats as oci

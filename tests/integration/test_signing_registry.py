@@ -29,10 +29,10 @@ from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
 from in_toto_attestation.v1 import statement_pb2
 
 from releasebot.cli import main
-from releasebot.domain.attestation import ArchBuild, AttestationRequest, Material
-from releasebot.domain.errors import VerificationError
-from releasebot.domain.models import Target
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import VerificationError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.attestation import ArchBuild, AttestationRequest, Material
+from releasebot.domain.targets.models import Target
 from releasebot.registry.artifacts import OrasArtifacts
 from releasebot.registry.oras import OrasRegistry
 from releasebot.signing import CYCLONEDX, IN_TOTO, SIGNATURE_ANNOTATION

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from slack_sdk import WebClient
 
-from releasebot.domain.errors import ChatRejectedError, ChatUnavailableError
-from releasebot.domain.events import Event, EventKind, build_key, read_event
+from releasebot.domain.shared.errors import ChatRejectedError, ChatUnavailableError
+from releasebot.domain.targets.events import Event, EventKind, build_key, read_event
 from releasebot.notify.render import render_message
 from releasebot.notify.slack import EVENT_TYPE, SlackNotifier, make_web_client
 from releasebot.service.notifications import NotificationService

@@ -35,12 +35,12 @@ from slack_sdk.models.blocks import Block
 from releasebot.builders.kaniko import KanikoOptions
 from releasebot.builders.memory import MemoryJobLauncher
 from releasebot.chat.slack import HttpAnswer, SlashCommandEndpoint, SlashCommandHandler
-from releasebot.domain.builds import FailureReason
-from releasebot.domain.commands import Command
-from releasebot.domain.errors import RegistryUnavailableError
-from releasebot.domain.models import TargetState
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import RegistryUnavailableError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import FailureReason
+from releasebot.domain.targets.commands import Command
+from releasebot.domain.targets.models import TargetState
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy
 from releasebot.registry.memory import MemoryRegistry
 from releasebot.service.commands import CommandService
 from releasebot.service.plan import FeedSpec, PlanService

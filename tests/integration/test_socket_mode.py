@@ -23,7 +23,7 @@ import pytest
 from releasebot.chat.socket import (
     SocketModeFrontDoor,
 )
-from releasebot.domain.errors import (
+from releasebot.domain.shared.errors import (
     ConfigError,
     SocketModeRejectedError,
     SocketModeUnavailableError,

@@ -24,7 +24,7 @@ from referencing.jsonschema import DRAFT202012
 from sqlalchemy import text
 
 from releasebot.config import Settings
-from releasebot.domain.models import TargetState
+from releasebot.domain.targets.models import TargetState
 from releasebot.store.engine import make_engine
 from releasebot.store.sql import SqlStateStore
 from releasebot.web.openapi import openapi_document

@@ -30,10 +30,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from releasebot.domain.builds import job_name
-from releasebot.domain.fleet import parse_node
-from releasebot.domain.models import TargetState
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.nodes import parse_node
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import job_name
+from releasebot.domain.targets.models import TargetState
 from releasebot.store.sql import SqlStateStore
 from releasebot.wiring import open_store, utc_now
 from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node

@@ -22,9 +22,9 @@ import httpx
 import pytest
 from sqlalchemy import Engine, text
 
-from releasebot.domain.fleet import parse_node
-from releasebot.domain.models import TargetState
+from releasebot.domain.fleet.nodes import parse_node
 from releasebot.domain.ports import StateStore
+from releasebot.domain.targets.models import TargetState
 from releasebot.edge.redact import Redactor
 from releasebot.service.overview import OverviewOptions, OverviewService
 from releasebot.store import migrate

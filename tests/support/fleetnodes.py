@@ -14,7 +14,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     DEFAULT_PROOF_ANNOTATION,
     DRIVER_UPGRADE_STATE,

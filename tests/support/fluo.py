@@ -24,7 +24,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     FLUO_AFTER_REBOOT,
     FLUO_BEFORE_REBOOT,
     FLUO_NEW_VERSION,

@@ -16,11 +16,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from releasebot.config import Settings
-from releasebot.domain.builds import BuildRecord, BuildState, FailureReason, job_name
-from releasebot.domain.fleet import parse_node
-from releasebot.domain.models import Target, TargetReason, TargetRecord, TargetState, Validators
+from releasebot.domain.fleet.nodes import parse_node
 from releasebot.domain.ports import StateStore
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState, FailureReason, job_name
+from releasebot.domain.targets.models import (
+    Target,
+    TargetReason,
+    TargetRecord,
+    TargetState,
+    Validators,
+)
 from releasebot.sources.flatcar import parse_flatcar_feed
 from releasebot.web.server import HttpServer
 from releasebot.wiring.web import overview_app

@@ -29,7 +29,7 @@ import httpx
 import yaml
 from prometheus_client import Metric
 
-from releasebot.service.metrics import ServiceMetrics
+from releasebot.runtime.metrics import ServiceMetrics
 from tests.support.runprocess import free_port, wait_for
 from tests.support.tools import missing_tool
 

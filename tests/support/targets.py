@@ -3,8 +3,8 @@ for amd64; every field can be changed, versions are given as upstream spells the
 
 from __future__ import annotations
 
-from releasebot.domain.models import Target
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion, image_tag
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion, image_tag
+from releasebot.domain.targets.models import Target
 
 
 def make_target(

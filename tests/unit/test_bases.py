@@ -1,4 +1,4 @@
-"""Driver bases' pure decisions (``domain.bases``), their Job and their one alert.
+"""Driver bases' pure decisions (``domain.targets.bases``), their Job and their one alert.
 
 Covers: the base tag (a valid OCI tag, never an operator or per-arch tag, recognised by
 retention, a new tag for a new recipe revision or base OS image); which bases due targets
@@ -19,8 +19,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from releasebot.builders.kaniko import KanikoOptions, render_job
-from releasebot.domain.base_tags import BASE_LABEL, BaseSpec, base_tag, parse_base_tag
-from releasebot.domain.bases import (
+from releasebot.domain.fleet.retention import (
+    BASE_KEPT,
+    RetentionInputs,
+    parse_own_tag,
+    plan_retention,
+)
+from releasebot.domain.shared.versions import Arch, DriverVersion, is_oci_tag
+from releasebot.domain.targets.base_tags import BASE_LABEL, BaseSpec, base_tag, parse_base_tag
+from releasebot.domain.targets.bases import (
     BaseRecord,
     BaseRules,
     BaseState,
@@ -37,13 +44,11 @@ from releasebot.domain.bases import (
     wait_for_base,
     wrong_base_labels,
 )
-from releasebot.domain.builds import FailureReason, failed_build
-from releasebot.domain.decisions import Action
-from releasebot.domain.events import EventKind
-from releasebot.domain.lifecycle import LifecycleRules
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.retention import BASE_KEPT, RetentionInputs, parse_own_tag, plan_retention
-from releasebot.domain.versions import Arch, DriverVersion, is_oci_tag
+from releasebot.domain.targets.builds import FailureReason, failed_build
+from releasebot.domain.targets.decisions import Action
+from releasebot.domain.targets.events import EventKind
+from releasebot.domain.targets.lifecycle import LifecycleRules
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from releasebot.notify.render import render_message
 from tests.support.targets import make_target
 from tests.unit.test_render import check_blocks

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from releasebot.domain.builds import (
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import (
     DRIVER_LABEL,
     FLATCAR_LABEL,
     KERNEL_LABEL,
@@ -27,7 +28,6 @@ from releasebot.domain.builds import (
     verify_digest,
     verify_labels,
 )
-from releasebot.domain.versions import Arch
 from tests.support.targets import make_target
 
 TARGET = make_target(arches=(Arch.AMD64, Arch.ARM64))

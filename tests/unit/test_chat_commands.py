@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from releasebot.chat.commands import MAX_TEXT_LENGTH, parse_command
-from releasebot.domain.commands import HELP_TEXT, Command, Verb
-from releasebot.domain.errors import CommandError, PermanentError
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import CommandError, PermanentError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.commands import HELP_TEXT, Command, Verb
 
 
 @pytest.mark.parametrize(

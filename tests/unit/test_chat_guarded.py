@@ -17,7 +17,7 @@ import pytest
 from releasebot.chat.commands import parse_command
 from releasebot.chat.guarded import GuardedCommands
 from releasebot.chat.slack import Payload
-from releasebot.domain.commands import Command
+from releasebot.domain.targets.commands import Command
 
 TAG = "580.178.04-flatcar4593.2.5"
 

@@ -27,9 +27,9 @@ from releasebot.config import (
     load_settings,
     redact_url,
 )
-from releasebot.domain.errors import ConfigError
-from releasebot.domain.lifecycle import LifecycleRules
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import ConfigError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.lifecycle import LifecycleRules
 from releasebot.edge.retry import RetryPolicy
 
 REPO = Path(__file__).resolve().parents[2]

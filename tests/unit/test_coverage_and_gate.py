@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.coverage import Coverage, Verdict, fleet_coverage
-from releasebot.domain.fleet import parse_node
-from releasebot.domain.gate import GateMove, decide_gates
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.operator import OperatorView, parse_cluster_policy
+from releasebot.domain.fleet.coverage import Coverage, Verdict, fleet_coverage
+from releasebot.domain.fleet.gate import GateMove, decide_gates
+from releasebot.domain.fleet.nodes import parse_node
+from releasebot.domain.fleet.operator import OperatorView, parse_cluster_policy
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node
 from tests.unit.test_fleet_plan import plan
 

@@ -22,14 +22,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from releasebot.leader.memory import AlwaysLeader
-from releasebot.service.metrics import ServiceMetrics
+from releasebot.runtime.leader.memory import AlwaysLeader
+from releasebot.runtime.lock import CycleGuard
+from releasebot.runtime.metrics import ServiceMetrics
+from releasebot.runtime.runner import Runner, RunnerOptions
 from releasebot.service.notifications import BacklogWatch, DeliveryRound, OutboxState
 from releasebot.service.reconcile import CycleReport
-from releasebot.service.runner import Runner, RunnerOptions
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
-from releasebot.store.lock import CycleGuard
 from releasebot.store.memory import MemoryStateStore
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

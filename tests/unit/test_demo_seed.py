@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import pytest
 
 from releasebot.demo.history import seed_demo_builds
-from releasebot.domain.builds import BuildRecord
-from releasebot.domain.models import Target, TargetRecord
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord
+from releasebot.domain.targets.models import Target, TargetRecord
 from releasebot.store.memory import MemoryStateStore
 from tests.support.targets import make_target
 

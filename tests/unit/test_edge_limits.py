@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.builders.kaniko import trim_log_tail
-from releasebot.domain.untrusted import clean, strip_controls
+from releasebot.domain.shared.untrusted import clean, strip_controls
 from releasebot.edge.json import JsonLimits, JsonRefusedError, decode_json
 from releasebot.edge.parse import (
     ValueRefusedError,

@@ -1,4 +1,4 @@
-"""The typed events and their JSON (``domain/events.py``): one class per kind, each through
+"""The typed events and their JSON (``domain/targets/events.py``): one class per kind, each through
 the outbox's JSON and back unchanged, the stored shape of a build's events kept as older
 releases wrote it, and the tolerant reader (a field missing, of another type or unreadable
 takes its default; a key no field names is ignored; a payload that is not an object reads
@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
-from releasebot.domain.events import (
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.targets.events import (
     BUILD_EVENT_TYPES,
     EVENT_TYPES,
     BuildIncompatible,
@@ -29,8 +30,7 @@ from releasebot.domain.events import (
     read_event,
     refused_event,
 )
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.versions import Arch
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from tests.support.targets import make_target
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

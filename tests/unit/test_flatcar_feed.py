@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import FeedFormatError
-from releasebot.domain.models import FlatcarRelease
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import FeedFormatError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.models import FlatcarRelease
 from releasebot.sources._json import MAX_QUOTED_CHARS
 from releasebot.sources.flatcar import parse_flatcar_feed
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from releasebot.domain.coverage import Exposure, ImageCoverage, Verdict
-from releasebot.domain.events import EventKind
-from releasebot.domain.versions import FlatcarVersion
+from releasebot.domain.fleet.coverage import Exposure, ImageCoverage, Verdict
+from releasebot.domain.shared.versions import FlatcarVersion
+from releasebot.domain.targets.events import EventKind
 from releasebot.service.fleet_alerts import EXPOSED_FLAG, FleetAlerts
 from releasebot.store.memory import MemoryStateStore
 from tests.support.builds import Clock

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.fleet import (
+from releasebot.domain.fleet.nodes import (
     DEFAULT_GATE_ANNOTATION,
     FLUO_BEFORE_REBOOT,
     FLUO_GROUP,
@@ -30,7 +30,7 @@ from releasebot.domain.fleet import (
     channel_for_version,
     parse_node,
 )
-from releasebot.domain.versions import Arch, FlatcarVersion
+from releasebot.domain.shared.versions import Arch, FlatcarVersion
 
 NODES = Path(__file__).parents[1] / "data" / "fleet" / "nodes.json"
 

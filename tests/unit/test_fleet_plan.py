@@ -14,12 +14,12 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from releasebot.domain.fleet import parse_node
-from releasebot.domain.fleet_plan import FleetPlan, fleet_channels, plan_fleet
-from releasebot.domain.models import DriverRelease, FlatcarRelease, Target, TargetReason
-from releasebot.domain.operator import OperatorView, parse_cluster_policy
-from releasebot.domain.policy import DriverPolicy, FlatcarPolicy, Policy, plan_targets
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.fleet.nodes import parse_node
+from releasebot.domain.fleet.operator import OperatorView, parse_cluster_policy
+from releasebot.domain.fleet.plan import FleetPlan, fleet_channels, plan_fleet
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.targets.models import DriverRelease, FlatcarRelease, Target, TargetReason
+from releasebot.domain.targets.policy import DriverPolicy, FlatcarPolicy, Policy, plan_targets
 from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node
 
 REPOSITORY = "registry.example.com/nvidia/driver"

@@ -23,13 +23,13 @@ from typing import Any
 import httpx2
 import pytest
 
-from releasebot.domain.coverage import Verdict, coverage_json, fleet_coverage
-from releasebot.domain.errors import ClusterRejectedError
-from releasebot.domain.fleet import FleetNode, parse_nodes
-from releasebot.domain.gate import GateMove, decide_gates
-from releasebot.domain.models import TargetState
-from releasebot.domain.operator import OperatorView, parse_cluster_policy
-from releasebot.domain.retention import Listing, RetentionInputs, plan_retention
+from releasebot.domain.fleet.coverage import Verdict, coverage_json, fleet_coverage
+from releasebot.domain.fleet.gate import GateMove, decide_gates
+from releasebot.domain.fleet.nodes import FleetNode, parse_nodes
+from releasebot.domain.fleet.operator import OperatorView, parse_cluster_policy
+from releasebot.domain.fleet.retention import Listing, RetentionInputs, plan_retention
+from releasebot.domain.shared.errors import ClusterRejectedError
+from releasebot.domain.targets.models import TargetState
 from releasebot.edge.kube import kube_call
 from releasebot.service.fleet import FleetSnapshot, gate_hold
 from tests.hostile.conftest import TERMINAL_MOVERS

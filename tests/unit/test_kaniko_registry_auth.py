@@ -22,9 +22,9 @@ from releasebot.builders.kaniko import (
     render_job,
     render_registry_secret,
 )
-from releasebot.domain.builds import build_request
-from releasebot.domain.errors import InvalidOptionError
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import InvalidOptionError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import build_request
 from tests.support.targets import make_target
 
 GIT_CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4

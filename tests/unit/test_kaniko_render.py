@@ -28,10 +28,10 @@ from releasebot.builders.kaniko import (
     render_job,
     target_label_value,
 )
-from releasebot.domain.builds import BuildRequest, build_request
-from releasebot.domain.errors import InvalidOptionError
-from releasebot.domain.models import Target
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import InvalidOptionError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRequest, build_request
+from releasebot.domain.targets.models import Target
 from tests.support.targets import make_target
 
 GIT_CONTEXT = "git://git.example.test/gpu/recipes.git#refs/heads/main#" + "0123456789" * 4

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from releasebot.domain.errors import ConfigError
-from releasebot.domain.selectors import LabelSelector, Operator, Requirement
+from releasebot.domain.fleet.selectors import LabelSelector, Operator, Requirement
+from releasebot.domain.shared.errors import ConfigError
 
 GPU = {"nvidia.com/gpu.present": "true", "pool": "a100", "kubernetes.io/arch": "amd64"}
 CPU = {"pool": "general", "node-role.kubernetes.io/control-plane": ""}

@@ -1,4 +1,4 @@
-"""The target's state machine (``domain.lifecycle``), one test per arrow of the diagram in
+"""The target's state machine (``domain.targets.lifecycle``), one test per arrow of the diagram in
 ``docs/architecture.md``, plus what the cycle and ``/releasebot plan`` both ask: which
 targets are due, in which order, how many fit, and what a person may start.
 
@@ -12,17 +12,19 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from releasebot.domain.attestation import Verification
-from releasebot.domain.builds import (
+from releasebot.domain.shared.versions import Arch, DriverVersion
+from releasebot.domain.targets.attestation import Verification
+from releasebot.domain.targets.builds import (
     BuildRecord,
     BuildState,
     FailureReason,
     build_request,
     retry_delay,
 )
-from releasebot.domain.decisions import Action, Decision
-from releasebot.domain.events import EventKind
-from releasebot.domain.lifecycle import (
+from releasebot.domain.targets.decisions import Action, Decision
+from releasebot.domain.targets.diff import diff_targets
+from releasebot.domain.targets.events import EventKind
+from releasebot.domain.targets.lifecycle import (
     Change,
     LifecycleRules,
     NextStep,
@@ -44,10 +46,8 @@ from releasebot.domain.lifecycle import (
     start_attempt,
     unsigned,
 )
-from releasebot.domain.models import TargetReason, TargetRecord, TargetState
-from releasebot.domain.readiness import Readiness
-from releasebot.domain.targets import diff_targets
-from releasebot.domain.versions import Arch, DriverVersion
+from releasebot.domain.targets.models import TargetReason, TargetRecord, TargetState
+from releasebot.domain.targets.readiness import Readiness
 from tests.support.targets import make_target
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from releasebot.store.lock import holder_died, local_holder
+from releasebot.runtime.lock import holder_died, local_holder
 
 
 def test_a_holder_whose_process_is_gone_died() -> None:

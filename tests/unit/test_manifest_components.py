@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from releasebot.config import load_settings
-from releasebot.domain.coverage import Verdict
-from releasebot.domain.models import TargetState
-from releasebot.domain.proof import ProofState
+from releasebot.domain.fleet.coverage import Verdict
+from releasebot.domain.fleet.proof import ProofState
+from releasebot.domain.targets.models import TargetState
 from releasebot.service.plan import PollStatus
 from tests.support.prometheus import dashboard, exported_series
 from tests.unit.test_manifests import (

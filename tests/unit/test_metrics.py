@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
-from releasebot.domain.decisions import Decision
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.versions import Arch
-from releasebot.service.metrics import ServiceMetrics
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.targets.decisions import Decision
+from releasebot.domain.targets.models import TargetRecord, TargetState
+from releasebot.runtime.metrics import ServiceMetrics
 from releasebot.service.plan import FeedOutcome, PlanResult, PollStatus
 from releasebot.service.report import CycleReport
 from releasebot.store.memory import MemoryStateStore

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import FeedFormatError
-from releasebot.domain.models import DriverRelease
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import FeedFormatError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.models import DriverRelease
 from releasebot.sources.nvidia import parse_nvidia_feed
 
 Mutation = Callable[[dict[str, Any]], None]

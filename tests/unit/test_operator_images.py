@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.fleet import FleetNode, ParsedNode, parse_node
-from releasebot.domain.operator import (
+from releasebot.domain.fleet.nodes import FleetNode, ParsedNode, parse_node
+from releasebot.domain.fleet.operator import (
     DriverMode,
     DriverSource,
     NodeImage,

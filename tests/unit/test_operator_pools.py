@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.errors import ConfigError
-from releasebot.domain.fleet import NFD_OS_ID, NFD_VERSION_ID, parse_node
-from releasebot.domain.operator import (
+from releasebot.domain.fleet.nodes import NFD_OS_ID, NFD_VERSION_ID, parse_node
+from releasebot.domain.fleet.operator import (
     DriverMode,
     OperatorView,
     parse_cluster_policy,
     parse_nvidia_driver,
 )
-from releasebot.domain.operator_pools import choose_drivers, keep_pools, superseded
-from releasebot.domain.versions import DriverVersion, FlatcarVersion
+from releasebot.domain.fleet.operator_pools import choose_drivers, keep_pools, superseded
+from releasebot.domain.shared.errors import ConfigError
+from releasebot.domain.shared.versions import DriverVersion, FlatcarVersion
 from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node
 
 REPOSITORY = "registry.example.test/gpu/driver"

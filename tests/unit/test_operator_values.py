@@ -23,22 +23,22 @@ import jsonschema
 import pytest
 import yaml
 
-from releasebot.domain.errors import ConfigError
-from releasebot.domain.fleet import parse_node
-from releasebot.domain.operator import (
+from releasebot.domain.fleet.nodes import parse_node
+from releasebot.domain.fleet.operator import (
     DriverMode,
     OperatorView,
     parse_cluster_policy,
     parse_nvidia_driver,
 )
-from releasebot.domain.operator_values import (
+from releasebot.domain.shared.errors import ConfigError
+from releasebot.domain.shared.versions import FlatcarVersion
+from releasebot.domain.views.operator_values import (
     OperatorValues,
     nvidia_drivers_yaml,
     render_operator_values,
     to_yaml,
     values_yaml,
 )
-from releasebot.domain.versions import FlatcarVersion
 from tests.support.gpu_operator_schemas import (
     chart_mismatches,
     chart_values,

@@ -1,4 +1,4 @@
-"""The coverage page's view (``domain/overview.py``, ``overview_fleet.py``,
+"""The coverage page's view (``domain/views/overview.py``, ``overview_fleet.py``,
 ``overview_words.py``), pure: which nodes are current, each
 node's verdict from its own stored targets (not the channel policy's other drivers), the
 banner's words, the images it names with what to do, the count of nodes without theirs and
@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from releasebot.cli.tables import target_json
-from releasebot.domain.builds import BuildRecord, BuildState, FailureReason
-from releasebot.domain.events import EventKind, MessageRef, StoredEvent, build_event
-from releasebot.domain.fleet_records import FleetObservation, FleetRecord
-from releasebot.domain.models import (
+from releasebot.domain.fleet.records import FleetObservation, FleetRecord
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState, FailureReason
+from releasebot.domain.targets.events import EventKind, MessageRef, StoredEvent, build_event
+from releasebot.domain.targets.models import (
     FeedState,
     FlatcarRelease,
     TargetReason,
@@ -29,14 +30,14 @@ from releasebot.domain.models import (
     TargetState,
     Validators,
 )
-from releasebot.domain.overview import (
+from releasebot.domain.views.overview import (
     feeds_view,
     matrix_view,
     public_url,
     slack_link,
     target_detail,
 )
-from releasebot.domain.overview_fleet import (
+from releasebot.domain.views.overview_fleet import (
     BANNER_HELP,
     current_fleet,
     fleet_versions,
@@ -44,8 +45,7 @@ from releasebot.domain.overview_fleet import (
     node_counts,
     tag_action,
 )
-from releasebot.domain.overview_words import STATE_WORDS, cell_words
-from releasebot.domain.versions import Arch
+from releasebot.domain.views.overview_words import STATE_WORDS, cell_words
 from tests.support.targets import make_target
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from releasebot.domain.models import DriverRelease, FlatcarRelease
-from releasebot.domain.policy import (
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.targets.models import DriverRelease, FlatcarRelease
+from releasebot.domain.targets.policy import (
     DriverPolicy,
     FlatcarPolicy,
     IncompatiblePair,
@@ -15,7 +16,6 @@ from releasebot.domain.policy import (
     select_drivers,
     skip_incompatible,
 )
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 from tests.support.targets import make_target
 
 BOTH = frozenset({Arch.AMD64, Arch.ARM64})

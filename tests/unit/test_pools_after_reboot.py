@@ -14,17 +14,17 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from releasebot.domain.coverage import Verdict, coverage_json, fleet_coverage
-from releasebot.domain.fleet import NFD_OS_ID, NFD_VERSION_ID, FleetNode, parse_node
-from releasebot.domain.gate import GateMove, decide_gates
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.operator import (
+from releasebot.domain.fleet.coverage import Verdict, coverage_json, fleet_coverage
+from releasebot.domain.fleet.gate import GateMove, decide_gates
+from releasebot.domain.fleet.nodes import NFD_OS_ID, NFD_VERSION_ID, FleetNode, parse_node
+from releasebot.domain.fleet.operator import (
     OperatorView,
     parse_cluster_policy,
     parse_nvidia_driver,
     rebooted,
     resolve_images,
 )
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from tests.support.fleetnodes import gpu_node
 from tests.unit.test_fleet_plan import REPOSITORY, plan
 

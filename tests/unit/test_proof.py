@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.fleet import FleetNode, parse_node
-from releasebot.domain.proof import (
+from releasebot.domain.fleet.nodes import FleetNode, parse_node
+from releasebot.domain.fleet.proof import (
     Expected,
     OperatorPod,
     ProofRecord,
@@ -29,7 +29,7 @@ from releasebot.domain.proof import (
     image_digest,
     parse_pod,
 )
-from releasebot.domain.versions import FlatcarVersion
+from releasebot.domain.shared.versions import FlatcarVersion
 from tests.support.fleetnodes import gpu_node
 from tests.support.operatorpods import digest_of, driver_pod, plugin_pod, validator_pod
 

@@ -19,15 +19,15 @@ from typing import Any
 
 from slack_sdk.models.blocks import Block
 
-from releasebot.domain.builds import BuildRecord, BuildState
-from releasebot.domain.coverage import fleet_coverage
-from releasebot.domain.events import EventKind, proven_event, refused_event
-from releasebot.domain.fleet import DEFAULT_PROOF_ANNOTATION, parse_node
-from releasebot.domain.gate import GateMove, decide_gates
-from releasebot.domain.lifecycle import mark_published
-from releasebot.domain.models import TargetRecord, TargetState
-from releasebot.domain.proof import ProofRecord, ProofRules, ProofState
-from releasebot.domain.versions import Arch
+from releasebot.domain.fleet.coverage import fleet_coverage
+from releasebot.domain.fleet.gate import GateMove, decide_gates
+from releasebot.domain.fleet.nodes import DEFAULT_PROOF_ANNOTATION, parse_node
+from releasebot.domain.fleet.proof import ProofRecord, ProofRules, ProofState
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import BuildRecord, BuildState
+from releasebot.domain.targets.events import EventKind, proven_event, refused_event
+from releasebot.domain.targets.lifecycle import mark_published
+from releasebot.domain.targets.models import TargetRecord, TargetState
 from releasebot.fleet.memory import MemoryFleetSource
 from releasebot.notify.render import render_message
 from releasebot.service.proof import ProofService

@@ -28,7 +28,8 @@ from dockerfile_parse import DockerfileParser
 
 from releasebot.builders.kaniko import render_job
 from releasebot.config import load_settings
-from releasebot.domain.builds import (
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import (
     BUILD_ARG_NAMES,
     CHANNEL_LABEL,
     DRIVER_LABEL,
@@ -37,7 +38,6 @@ from releasebot.domain.builds import (
     LABEL_PREFIX,
     build_request,
 )
-from releasebot.domain.versions import Arch
 from releasebot.wiring.core import recipe_args
 from tests.support.targets import make_target
 from tests.support.tools import missing_tool

@@ -1,4 +1,4 @@
-"""The OCI distribution grammar of names (``domain/references.py``): what may go into a
+"""The OCI distribution grammar of names (``domain/shared/references.py``): what may go into a
 registry URL. Tags, repository paths and digests the spec allows pass; every name that
 could change a URL's meaning (``/``, ``..``, ``?``, ``#``, ``%``, whitespace, controls,
 non-ASCII, wrong lengths or case) is refused, and a refused name is shown bounded, on one
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from releasebot.domain.references import (
+from releasebot.domain.shared.references import (
     SHOWN_CHARS,
     is_digest,
     is_reference,

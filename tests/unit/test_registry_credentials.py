@@ -11,7 +11,7 @@ import pytest
 
 from releasebot.config import Settings
 from releasebot.config.load import load_settings
-from releasebot.domain.errors import ConfigError, RegistryAuthError
+from releasebot.domain.shared.errors import ConfigError, RegistryAuthError
 from releasebot.registry.credentials import (
     MAX_LIFETIME,
     REFRESH_MARGIN,

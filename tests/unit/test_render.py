@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from slack_sdk.models.blocks import Block
 
-from releasebot.domain.builds import job_name
-from releasebot.domain.events import Event, EventKind, build_key, feed_key, read_event
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.builds import job_name
+from releasebot.domain.targets.events import Event, EventKind, build_key, feed_key, read_event
 from releasebot.notify.render import (
     HEADER_MAX_CHARS,
     SECTION_MAX_CHARS,

@@ -1,4 +1,4 @@
-"""Retention's decision (``domain.retention``): what may be deleted, and why the rest stays.
+"""Retention's decision (``domain.fleet.retention``): what may be deleted, and why the rest stays.
 
 Every rule is checked on its own against the same baseline (one release long gone from
 every feed, nothing using it, which IS deleted), so each test proves that its one fact is
@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from releasebot.domain.fleet import FLUO_NEW_VERSION, ParsedNode, parse_node
-from releasebot.domain.fleet_records import FleetObservation, FleetRecord
-from releasebot.domain.models import TargetRecord
-from releasebot.domain.retention import (
+from releasebot.domain.fleet.nodes import FLUO_NEW_VERSION, ParsedNode, parse_node
+from releasebot.domain.fleet.records import FleetObservation, FleetRecord
+from releasebot.domain.fleet.retention import (
     Listing,
     RetentionInputs,
     RetentionPlan,
@@ -28,6 +27,7 @@ from releasebot.domain.retention import (
     parse_own_tag,
     plan_retention,
 )
+from releasebot.domain.targets.models import TargetRecord
 from tests.support.fleetnodes import gpu_node, ubuntu_gpu_node
 from tests.support.targets import make_target
 
@@ -327,8 +327,8 @@ def test_a_refusal_after_a_deletion_shows_the_deletion_as_deleted() -> None:
     from io import StringIO
 
     from releasebot.cli.retention import print_report
-    from releasebot.domain.retention import Deletion, DeletionRecord, RetentionPlan
-    from releasebot.domain.versions import FlatcarVersion
+    from releasebot.domain.fleet.retention import Deletion, DeletionRecord, RetentionPlan
+    from releasebot.domain.shared.versions import FlatcarVersion
     from releasebot.service.retention import RetentionReport
 
     first, second = "580.105.08-flatcar4230.2.4", "580.105.08-flatcar4230.2.3"

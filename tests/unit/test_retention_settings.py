@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from releasebot.config import load_settings
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.shared.errors import ConfigError
 
 
 def test_retention_is_off_and_a_dry_run_by_default() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from releasebot.config import load_settings
 from releasebot.config.pod import kubeconfig_path, lease_namespace, replica_identity
-from releasebot.domain.errors import ConfigError
+from releasebot.domain.shared.errors import ConfigError
 from releasebot.wiring import run_identity
 
 

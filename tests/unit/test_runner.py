@@ -19,15 +19,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text
 
-from releasebot.domain.errors import StoreUnavailableError
 from releasebot.domain.ports import StateStore
-from releasebot.leader.memory import MemoryElector, MemoryLease
-from releasebot.service.metrics import ServiceMetrics
+from releasebot.domain.shared.errors import StoreUnavailableError
+from releasebot.runtime.leader.memory import MemoryElector, MemoryLease
+from releasebot.runtime.lock import CycleGuard
+from releasebot.runtime.metrics import ServiceMetrics
+from releasebot.runtime.runner import RETENTION_FLAG, Runner, RunnerOptions
 from releasebot.service.reconcile import CycleReport
-from releasebot.service.runner import RETENTION_FLAG, Runner, RunnerOptions
 from releasebot.store import migrate
 from releasebot.store.engine import make_engine
-from releasebot.store.lock import CycleGuard
 from releasebot.store.memory import MemoryStateStore
 from releasebot.store.sql import SqlStateStore
 

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from releasebot.domain.attestation import ArchBuild, AttestationRequest
-from releasebot.domain.errors import SigningError, VerificationError
-from releasebot.domain.versions import Arch
+from releasebot.domain.shared.errors import SigningError, VerificationError
+from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.attestation import ArchBuild, AttestationRequest
 from releasebot.registry.memory_artifacts import MemoryArtifacts
 from releasebot.signing import CYCLONEDX
 from releasebot.signing import formats as oci

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from releasebot.domain.errors import SigningError
+from releasebot.domain.shared.errors import SigningError
 from releasebot.signing.keyfiles import KeyFileError, KeyFiles, MismatchedKeysError
 from releasebot.signing.keys import SigningKey, encrypt_key, generate_key
 

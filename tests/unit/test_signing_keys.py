@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from releasebot.domain.errors import SigningError
+from releasebot.domain.shared.errors import SigningError
 from releasebot.signing.keys import (
     encrypt_key,
     generate_key,

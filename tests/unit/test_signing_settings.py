@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from releasebot.config import load_settings
-from releasebot.domain.errors import ConfigError
-from releasebot.domain.events import EventKind, read_event
+from releasebot.domain.shared.errors import ConfigError
+from releasebot.domain.targets.events import EventKind, read_event
 from releasebot.notify.render import render_message
 from releasebot.registry.oras import OrasRegistry
 from releasebot.signing.keys import encrypt_key, generate_key

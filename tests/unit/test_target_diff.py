@@ -12,7 +12,9 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from releasebot.domain.models import (
+from releasebot.domain.shared.versions import Arch, DriverVersion, FlatcarVersion
+from releasebot.domain.targets.diff import diff_targets, requested_target
+from releasebot.domain.targets.models import (
     DriverRelease,
     FlatcarRelease,
     Target,
@@ -20,8 +22,6 @@ from releasebot.domain.models import (
     TargetRecord,
     TargetState,
 )
-from releasebot.domain.targets import diff_targets, requested_target
-from releasebot.domain.versions import Arch, DriverVersion, FlatcarVersion
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(hours=1)

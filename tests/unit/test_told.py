@@ -1,4 +1,4 @@
-"""``domain/told.py``: every transition of every edge-triggered flag, as pure functions.
+"""``domain/fleet/told.py``: every transition of every edge-triggered flag, as pure functions.
 
 Covers, per flag: what is written and what is told when the condition starts, lasts, ends
 and comes back; that nothing is written when nothing changed; that a flag which does not
@@ -11,16 +11,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from releasebot.domain.coverage import Exposure, ImageCoverage, Verdict
-from releasebot.domain.events import (
-    FeedFailing,
-    FeedRecovered,
-    FleetCovered,
-    FleetExposed,
-    FleetReadable,
-    FleetUnreadable,
-)
-from releasebot.domain.told import (
+from releasebot.domain.fleet.coverage import Exposure, ImageCoverage, Verdict
+from releasebot.domain.fleet.told import (
     EXPOSED_MAX_VERSIONS,
     NODES_SHOWN,
     Flag,
@@ -33,7 +25,15 @@ from releasebot.domain.told import (
     retention_due,
     retention_ran,
 )
-from releasebot.domain.versions import FlatcarVersion
+from releasebot.domain.shared.versions import FlatcarVersion
+from releasebot.domain.targets.events import (
+    FeedFailing,
+    FeedRecovered,
+    FleetCovered,
+    FleetExposed,
+    FleetReadable,
+    FleetUnreadable,
+)
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from releasebot.domain.errors import InvalidTagError, VersionError
-from releasebot.domain.versions import (
+from releasebot.domain.shared.errors import InvalidTagError, VersionError
+from releasebot.domain.shared.versions import (
     Arch,
     DriverVersion,
     FlatcarVersion,

@@ -1,0 +1,3 @@
+"""The fleet: nodes, the operator's rules, coverage, proof on a GPU, the reboot gate
+and retention. Above ``targets``.
+"""

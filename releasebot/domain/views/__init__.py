@@ -1,0 +1,1 @@
+"""What people see: the overview page and the operator values. Above ``fleet``."""
