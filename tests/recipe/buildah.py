@@ -42,11 +42,6 @@ from tests.recipe.parts import CACHE, RECIPE, run
 STORE = CACHE / "containers"
 REPOSITORY = "localhost/releasebot-driver"
 BASE_REPOSITORY = "localhost/releasebot-driver-base"
-PIN_REPOSITORY = "localhost/releasebot-driver-base-pin"
-"""A second name of the driver base. buildah removes the image of a stage that is only a
-``FROM`` (``driver-base``) at the end of a ``--layers=false`` build when that image has ONE
-name: the base itself. A second name keeps it (a registry, Kaniko's case, has no such
-clean-up)."""
 
 
 def buildah(*args: str | Path) -> list[str]:
@@ -192,10 +187,6 @@ def remove_other_images(keep: str, prefix: str) -> None:
     for image in listing:
         if image.startswith(prefix) and image != keep:
             subprocess.run(buildah("rmi", "-f", image), capture_output=True, check=False)
-
-
-def tag(image: str, name: str) -> None:
-    run(buildah("tag", image, name), what=f"buildah tag {image} {name}")
 
 
 def manifest_digest(image: str) -> str:

@@ -258,9 +258,6 @@ def driver_base(all_standins: dict[str, Standins], mirror: Mirror, base_image: s
         f"{buildah.BASE_REPOSITORY}:",
         "buildah build: driver base (Dockerfile.base)",
     )
-    pin = f"{buildah.PIN_REPOSITORY}:{key}"
-    buildah.remove_other_images(keep=pin, prefix=f"{buildah.PIN_REPOSITORY}:")
-    buildah.tag(name, pin)
     return DriverBase(name, f"{buildah.BASE_REPOSITORY}@{buildah.manifest_digest(name)}", text)
 
 
