@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from releasebot.builders.recipe import CONFIGMAP_NAME
 from releasebot.config.rules import Seconds, ca_file, existing_file
 from releasebot.config.sections import SECTIONS, Settings
 from releasebot.domain.shared.errors import ConfigError
@@ -177,6 +178,17 @@ def _check_cross_field(settings: Settings) -> None:
     existing_file("kubernetes.kubeconfig", settings.kubernetes.kubeconfig)
     if not settings.kaniko.context and not settings.kaniko.context_configmap:
         raise ConfigError("kaniko.context", "set a git:// context or kaniko.context_configmap")
+    if (
+        not settings.recipe.bases
+        and not settings.kaniko.context
+        and settings.kaniko.context_configmap == CONFIGMAP_NAME
+    ):
+        raise ConfigError(
+            "recipe.bases",
+            f"false cannot build with the shipped recipe (ConfigMap {CONFIGMAP_NAME}): its "
+            "Dockerfile builds FROM a driver base (DRIVER_BASE); set recipe.bases = true, or "
+            "point kaniko.context or kaniko.context_configmap at a single-Dockerfile recipe",
+        )
     if settings.registry.password and not settings.registry.username:
         raise ConfigError("registry.username", "is needed when registry.password is set")
     registry = settings.registry

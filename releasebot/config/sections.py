@@ -356,14 +356,14 @@ class RecipeSettings:
     (``KERNEL_MODULE_TYPE``), and either flavour failing to compile fails the image whole;
     one alone keeps a flavour that does not compile for a kernel from failing the other's
     image."""
-    bases: bool = setting(False)
+    bases: bool = setting(True)
     """Build a driver base, the part of the image that does not depend on the kernel, once
     per (driver, arch, recipe revision, base OS images) with ``Dockerfile.base`` (tag
     ``<driver>-base-<arch>-r<rev>-<os>``) and every ``<driver>-flatcar<version>`` image FROM
     it (``DRIVER_BASE=<repository>@<digest>``), so a Flatcar update pulls only the kernel
-    layer. Off by default: the shipped recipe is still the single Dockerfile that builds
-    each image whole; turn it on with a recipe that has ``Dockerfile.base`` and takes
-    ``DRIVER_BASE`` (docs/recipe.md)."""
+    layer. On by default: the shipped recipe is built so (its Dockerfile needs
+    ``DRIVER_BASE``), and false with its ConfigMap is a settings error. Off only for a
+    recipe of one's own with a single Dockerfile (docs/recipe.md)."""
     runtime_image: str = setting("", rules.kaniko_rule(kaniko.check_image, optional=True))
     """The base OS image of the driver image (``RUNTIME_IMAGE``), pinned as
     ``image:tag@sha256:…`` in production. Empty: the recipe's default. A change builds

@@ -144,7 +144,8 @@ def test_the_base_is_built_first_then_the_kernel_image(
     registry_name: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    config.write_text(config.read_text().replace("bases = false\n", "bases = true\n"), "utf-8")
+    # The settings' default: driver bases on (the shipped recipe builds FROM its base).
+    config.write_text(config.read_text().replace("bases = false\n", ""), encoding="utf-8")
     code, out, err = run(capsys, "reconcile", "--once", "--dry-run", "-q", "--config", str(config))
     assert code == 0, err
     [manifest] = json.loads(out)  # the base's Job only: no kernel Job before its base
@@ -176,7 +177,7 @@ def test_the_base_is_built_first_then_the_kernel_image(
 def test_a_base_job_the_api_server_refuses_is_said_and_exits_1(
     config: Path, kube_api: FakeKubeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config.write_text(config.read_text().replace("bases = false\n", "bases = true\n"), "utf-8")
+    config.write_text(config.read_text().replace("bases = false\n", ""), encoding="utf-8")
     kube_api.fail_requests(
         None,
         status=403,

@@ -48,17 +48,15 @@ built:
 \t@if [ -e FAIL ]; then echo "nvidia/nv-pci.c:237:9: error: too few arguments to \
 function 'pci_resize_resource'" >&2; exit 2; fi
 \t$(CC) -c -o .module-common.o module-common.c
-\t$(CC) -c -o nv-linux.o interface.c
-\t$(CC) -c -o nv-modeset-linux.o interface.c
+\t$(CC) -g -c -o nv-linux.o interface.c
+\t$(CC) -g -c -o nv-modeset-linux.o interface.c
 \tif [ -e DELAYED_OBJTOOL ]; then for m in nvidia nvidia-modeset; do \
 \t  echo "savedcmd_$$m.o := ld -r -o $$m.o @$$m.mod  ; \
 ./tools/objtool/objtool --rethunk --link --module $$m.o" >.$$m.o.cmd; done; fi
 \tif [ -e LINK_COMMON ]; then for o in nv-linux.o nv-modeset-linux.o; do \
 \t  $(LD) -r -o $$o.new $$o .module-common.o && mv $$o.new $$o; done; fi
-\tmkdir -p nvidia nvidia-modeset
-\t$(CC) -c -o nvidia/nv-kernel.o_binary core.c
-\t$(CC) -c -o nvidia-modeset/nv-modeset-kernel.o_binary core.c
-\t$(CC) -c -o uvm.o core.c
+\ttest -f nvidia/nv-kernel.o_binary && test -f nvidia-modeset/nv-modeset-kernel.o_binary
+\t$(CC) -g -c -o uvm.o core.c
 \t$(LD) -r -o nvidia-uvm.ko uvm.o .module-common.o
 \ttouch built
 """
@@ -81,14 +79,54 @@ class Inputs:
     config: Path
     out: Path
 
+    @property
+    def base(self) -> Path:
+        """The driver base's /opt/nvidia-driver (``build-modules driver``)."""
+        return self.root / "base"
+
+    @property
+    def sources(self) -> Path:
+        """The driver base's interface sources."""
+        return self.root / "src"
+
+    def driver(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                "bash",
+                str(SCRIPT),
+                "driver",
+                "--runfile",
+                str(self.runfile),
+                "--keep-runfile",
+                "--driver-version",
+                DRIVER,
+                "--out",
+                str(self.base),
+                "--sources",
+                str(self.sources),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={**os.environ, "TMPDIR": str(self.root)},
+        )
+
     def build(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        """``driver`` (once), then ``build`` for the kernel from what it laid out."""
+        if not self.base.exists():
+            laid_out = self.driver()
+            assert laid_out.returncode == 0, laid_out.stderr
         return subprocess.run(
             [
                 "bash",
                 str(SCRIPT),
                 "build",
-                "--runfile",
-                str(self.runfile),
+                "--sources",
+                str(self.sources),
+                "--driver-root",
+                str(self.base),
                 "--kernel-version",
                 KV,
                 "--flatcar-root",
@@ -160,6 +198,12 @@ def flavour(directory: Path, *, fail: bool, link_common: bool, delayed_objtool: 
         + "extern int drm_fake_export;\nint *nv_interface(void) { return &drm_fake_export; }\n"
     )
     (directory / "core.c").write_text("int nv_core(void) { return 0; }\n")
+    # The binary cores ship prebuilt in the runfile, with debug information.
+    for core in ("nvidia/nv-kernel.o_binary", "nvidia-modeset/nv-modeset-kernel.o_binary"):
+        (directory / core).parent.mkdir()
+        subprocess.run(
+            ["gcc", "-g", "-c", "-o", str(directory / core), str(directory / "core.c")], check=True
+        )
     if fail:
         (directory / "FAIL").write_text("")
 
@@ -371,3 +415,85 @@ def test_a_symbol_of_no_module_stops_the_build(tmp_path: Path, mkprecompiled: Pa
     assert result.returncode == 1
     assert "do not resolve against this kernel" in result.stderr
     assert "drm_fake_export" in result.stderr
+
+
+def has_debug_info(path: Path) -> bool:
+    return " .debug_info " in sections(path)
+
+
+def test_the_driver_base_holds_stripped_cores_once_and_the_sources(
+    tmp_path: Path, mkprecompiled: Path
+) -> None:
+    inputs = make_inputs(tmp_path, mkprecompiled)
+    result = inputs.driver()
+    assert result.returncode == 0, result.stderr
+    for name in ("kernel", "kernel-open"):
+        for core in ("nvidia/nv-kernel.o_binary", "nvidia-modeset/nv-modeset-kernel.o_binary"):
+            kept = inputs.base / name / core
+            assert kept.is_file()
+            assert not kept.is_symlink()
+            assert not has_debug_info(kept)
+            assert f"{name}: stripped {core.split('/')[1]}: " in result.stderr
+            # The sources' core is a link to the base's: the file is there once.
+            linked = inputs.sources / name / core
+            assert linked.is_symlink()
+            assert linked.resolve() == kept.resolve()
+        assert (inputs.sources / name / "Makefile").is_file()
+    assert (inputs.base / "bin" / "mkprecompiled").stat().st_mode & 0o111
+    assert (inputs.base / "firmware" / "gsp_ga10x.bin").read_bytes() == b"gsp"
+    assert (inputs.base / "driver-version").read_text() == f"{DRIVER}\n"
+    ld = subprocess.run(["ld", "--version"], capture_output=True, text=True, check=True)
+    assert (inputs.base / "ld-version").read_text() == ld.stdout.splitlines()[0] + "\n"
+    assert inputs.runfile.exists()  # --keep-runfile: the base runs its installer next
+
+
+def test_the_packed_interfaces_and_modules_are_stripped_and_keep_their_vermagic(
+    tmp_path: Path, mkprecompiled: Path
+) -> None:
+    inputs = make_inputs(tmp_path, mkprecompiled)
+    result = inputs.build("--module-types", "open")
+    assert result.returncode == 0, result.stderr
+    assert "stripped nv-linux.o: " in result.stderr
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    subprocess.run(
+        [
+            str(mkprecompiled),
+            "--unpack",
+            str(inputs.out / "kernel-open" / "precompiled" / f"nvidia-modules-{KV}"),
+            "-o",
+            str(unpacked),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    for name in ("nv-linux.o", "nv-modeset-linux.o", "nvidia-uvm.ko"):
+        assert not has_debug_info(unpacked / name), name
+        assert vermagic(unpacked / name) == VERMAGIC.strip(), name
+    # The kernel layer holds no core, no mkprecompiled, no firmware: those are the base's.
+    assert sorted(path.name for path in inputs.out.iterdir()) == [
+        "build-info",
+        "kernel-open",
+        "modroot",
+    ]
+    assert [path.name for path in (inputs.out / "kernel-open").iterdir()] == ["precompiled"]
+
+
+def test_an_ld_other_than_the_bases_is_refused(tmp_path: Path, mkprecompiled: Path) -> None:
+    inputs = make_inputs(tmp_path, mkprecompiled)
+    assert inputs.driver().returncode == 0
+    (inputs.base / "ld-version").write_text("GNU ld (GNU Binutils) 1.0\n")
+    result = inputs.build()
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("build-modules: ERROR: ld here (GNU ld")
+    assert "is not the driver base's (GNU ld (GNU Binutils) 1.0)" in last
+    assert "rebuild the base" in last
+
+
+def test_a_build_without_a_driver_base_is_refused(tmp_path: Path, mkprecompiled: Path) -> None:
+    inputs = make_inputs(tmp_path, mkprecompiled)
+    inputs.base.mkdir()
+    result = inputs.build()
+    assert result.returncode == 1
+    assert "is not a driver base's /opt/nvidia-driver" in result.stderr.strip().splitlines()[-1]

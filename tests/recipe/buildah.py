@@ -31,6 +31,7 @@ Deliberately not here: the inputs (``standins.py``, ``mirror.py``).
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from tests.recipe.parts import CACHE, RECIPE, run
 
 STORE = CACHE / "containers"
 REPOSITORY = "localhost/releasebot-driver"
+BASE_REPOSITORY = "localhost/releasebot-driver-base"
 
 
 def buildah(*args: str | Path) -> list[str]:
@@ -173,14 +175,41 @@ def unmount(built: Built) -> None:
     subprocess.run(unshared("rm", built.container), capture_output=True, check=False)
 
 
-def remove_other_images(keep: str) -> None:
-    """Delete built images but ``keep`` (vfs copies are large)."""
+def remove_other_images(keep: str, prefix: str) -> None:
+    """Delete the built images whose name starts with ``prefix`` but ``keep`` (vfs copies
+    are large): older builds of the same image."""
     listing = subprocess.run(
-        buildah("images", "--format", "{{.Repository}}:{{.Tag}}"),
+        buildah("images", "--format", "{{.Name}}:{{.Tag}}"),
         capture_output=True,
         text=True,
         check=False,
     ).stdout.split()
     for image in listing:
-        if image.startswith(f"{REPOSITORY}:") and image != keep:
+        if image.startswith(prefix) and image != keep:
             subprocess.run(buildah("rmi", "-f", image), capture_output=True, check=False)
+
+
+def manifest_digest(image: str) -> str:
+    """``sha256:…`` of the image's manifest in the local storage, as a registry would name it."""
+    found = run(buildah("images", "--digests", "--format", "{{.Digest}}", image)).stdout.split()
+    if not found or not found[0].startswith("sha256:"):
+        raise AssertionError(f"buildah gives no manifest digest for {image}: {found}")
+    return found[0]
+
+
+def diff_ids(image: str) -> list[str]:
+    """The image's layers, bottom first, by the digest of their uncompressed content."""
+    config = json.loads(run(buildah("inspect", "--type", "image", image)).stdout)
+    return list(config["OCIv1"]["rootfs"]["diff_ids"])
+
+
+def push_oci(image: str, layout: Path, tag: str) -> None:
+    """``image`` into the OCI layout ``layout`` under ``tag``, layers gzip-compressed as a
+    registry would store them; images pushed into one layout share their equal blobs."""
+    layout.mkdir(parents=True, exist_ok=True)
+    run(
+        unshared(
+            "push", "--format", "oci", "--compression-format", "gzip", image, f"oci:{layout}:{tag}"
+        ),
+        what=f"buildah push {image}",
+    )

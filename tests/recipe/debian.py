@@ -1,8 +1,9 @@
 """Debian trixie packages and a trixie base image, fetched without touching the machine's apt.
 
 ``Archive`` is a PRIVATE apt configuration under the cache folder: its own sources list
-(trixie main, contrib, non-free), its own state and cache directories, the machine's
-Debian keyring to check the archive's signatures. ``apt-get download`` writes the
+(trixie and trixie-security: main, contrib, non-free), its own state and cache
+directories, the machine's Debian keyring to check the archive's signatures. ``apt-get
+download`` writes the
 packages into the cache; ``/etc/apt`` and dpkg's database are never read or written, so
 this runs beside other people's apt without taking their locks. A package that cannot be
 downloaded raises ``UnavailableError`` naming it (one line).
@@ -28,6 +29,7 @@ from urllib.parse import unquote
 from tests.recipe.parts import CACHE, UnavailableError, run
 
 MIRROR = "http://deb.debian.org/debian"
+SECURITY_MIRROR = "http://deb.debian.org/debian-security"
 SUITE = "trixie"
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 
@@ -49,9 +51,13 @@ class Archive:
         for sub in ("state/lists/partial", "cache/archives/partial", "debs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "state" / "status").touch()
-        (self.root / "sources.list").write_text(
-            f"deb [signed-by={KEYRING}] {self.mirror} {SUITE} main contrib non-free\n"
-        )
+        sources = f"deb [signed-by={KEYRING}] {self.mirror} {SUITE} main contrib non-free\n"
+        if self.mirror == MIRROR:  # the security suite holds the other 6.12 kernels' ABIs
+            sources += (
+                f"deb [signed-by={KEYRING}] {SECURITY_MIRROR} {SUITE}-security "
+                "main contrib non-free\n"
+            )
+        (self.root / "sources.list").write_text(sources)
         self.config.write_text(
             "\n".join(
                 [
@@ -105,6 +111,17 @@ class Archive:
         if match is None or match[1] == "(none)":
             raise UnavailableError(f"stand-in package {package} is not in Debian {SUITE}")
         return match[1]
+
+    def names(self, prefix: str) -> list[str]:
+        """Package names in the index that start with ``prefix``."""
+        result = subprocess.run(
+            ["apt-cache", "-c", str(self.config), "pkgnames", prefix],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return sorted(set(result.stdout.split()))
 
     def depends(self, package: str) -> list[str]:
         result = subprocess.run(

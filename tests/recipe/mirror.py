@@ -37,6 +37,8 @@ CHANNEL = "stable"
 BOARD = "amd64-usr"
 VERSION = "9999.0.0"
 """A Flatcar version no real release has: the stand-in release."""
+PREVIOUS_VERSION = "9998.0.0"
+"""The release before it (another kernel of the same series, built by the same gcc)."""
 BAD_RELEASES = {
     "tampered": "9999.0.1",
     "foreign-key": "9999.0.2",
@@ -136,13 +138,15 @@ class Mirror(Started):
         self.foreign = foreign
         self._server: http.server.ThreadingHTTPServer | None = None
 
-    def publish(self, flatcar: Path, runfile: Path, driver: str) -> None:
+    def publish(
+        self, flatcar: Path, runfile: Path, driver: str, previous: Path | None = None
+    ) -> None:
+        """The stand-in release (``VERSION``), the bad ones made of it, the runfile; and
+        ``previous`` (another release's files) as ``PREVIOUS_VERSION`` when given."""
         self.key.export(self.root / "signing-key.asc")
-        good = self.release(VERSION)
-        for name in FILES:
-            (good / name).symlink_to(flatcar / name)
-            (good / f"{name}.DIGESTS").write_text(digests_text(name, flatcar / name))
-            self.key.clearsign((good / f"{name}.DIGESTS").read_text(), good / f"{name}.DIGESTS.asc")
+        good = self.publish_good(VERSION, flatcar)
+        if previous is not None:
+            self.publish_good(PREVIOUS_VERSION, previous)
         for case, version in BAD_RELEASES.items():
             bad = self.release(version)
             for name in FILES:
@@ -164,6 +168,15 @@ class Mirror(Started):
         nvidia = self.root / "nvidia" / driver
         nvidia.mkdir(parents=True)
         (nvidia / runfile.name).symlink_to(runfile)
+
+    def publish_good(self, version: str, flatcar: Path) -> Path:
+        """``flatcar``'s files as ``version``, with DIGESTS signed by the pinned key."""
+        good = self.release(version)
+        for name in FILES:
+            (good / name).symlink_to(flatcar / name)
+            (good / f"{name}.DIGESTS").write_text(digests_text(name, flatcar / name))
+            self.key.clearsign((good / f"{name}.DIGESTS").read_text(), good / f"{name}.DIGESTS.asc")
+        return good
 
     def release(self, version: str) -> Path:
         path = self.root / CHANNEL / BOARD / version

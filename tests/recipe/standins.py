@@ -92,15 +92,51 @@ class Standins:
         return (self.root / "ADAPTATIONS").read_text()
 
 
-def resolve(archive: Archive) -> dict[str, str]:
-    """Package name -> version of every stand-in input, from the (private) index."""
+def newest_abi(archive: Archive) -> str:
+    """The kernel ABI (``6.12.118+deb13-amd64``) ``linux-image-amd64`` depends on."""
     image = next(
         (dep for dep in archive.depends(f"linux-image-{ARCH_FLAVOUR}") if dep[-6:] == "-amd64"),
         None,
     )
     if image is None:
         raise UnavailableError(f"stand-in package linux-image-{ARCH_FLAVOUR} has no kernel")
-    abi = image.removeprefix("linux-image-")
+    return image.removeprefix("linux-image-")
+
+
+def abi_key(abi: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", abi))
+
+
+def previous_abi(archive: Archive, abi: str) -> str:
+    """The newest ABI of the same kernel series (6.12) older than ``abi`` whose headers,
+    kbuild and unsigned image the archive has: the release before the stand-in's. The same
+    gcc major builds it (checked by the recipe itself against its kernel config)."""
+    series = ".".join(abi.split(".")[:2])
+    pattern = re.compile(rf"linux-headers-({re.escape(series)}\.\d+\+deb\d+(?:\.\d+)?-amd64)")
+    found = [
+        match[1]
+        for name in archive.names(f"linux-headers-{series}.")
+        if (match := pattern.fullmatch(name)) and abi_key(match[1]) < abi_key(abi)
+    ]
+    for candidate in sorted(found, key=abi_key, reverse=True):
+        base = candidate.removesuffix(f"-{ARCH_FLAVOUR}")
+        try:
+            for name in (
+                f"linux-image-{candidate}-unsigned",
+                f"linux-headers-{base}-common",
+                f"linux-kbuild-{base}",
+            ):
+                archive.candidate(name)
+        except UnavailableError:
+            continue
+        return candidate
+    raise UnavailableError(f"no kernel of the {series} series older than {abi} in Debian's archive")
+
+
+def resolve(archive: Archive, abi: str | None = None) -> dict[str, str]:
+    """Package name -> version of every stand-in input, from the (private) index: for the
+    newest kernel, or for ``abi``."""
+    abi = abi or newest_abi(archive)
     base = abi.removesuffix(f"-{ARCH_FLAVOUR}")
     names = [
         f"linux-image-{abi}-unsigned",
@@ -114,8 +150,19 @@ def resolve(archive: Archive) -> dict[str, str]:
     return {name: archive.candidate(name) for name in names}
 
 
-def build_standins(archive: Archive) -> Standins:
-    versions = resolve(archive)
+def build_both(archive: Archive) -> tuple[Standins, Standins]:
+    """The stand-in release (newest kernel) and the one before it (``previous_abi``); the
+    runfile of the first is the driver's. Stand-ins of other versions are deleted."""
+    latest = build_standins(archive)
+    before = build_standins(archive, previous_abi(archive, newest_abi(archive)))
+    for old in latest.root.parent.glob("*"):  # other versions' (or half-built) stand-ins
+        if old not in (latest.root, before.root):
+            shutil.rmtree(old, ignore_errors=True)
+    return latest, before
+
+
+def build_standins(archive: Archive, abi: str | None = None) -> Standins:
+    versions = resolve(archive, abi)
     kv = next(name for name in versions if name.startswith("linux-headers-")).removeprefix(
         "linux-headers-"
     )
@@ -129,8 +176,7 @@ def build_standins(archive: Archive) -> Standins:
         raise UnavailableError(
             f"NVIDIA's nvidia-installer sources not found at {INSTALLER_SOURCES}"
         )
-    for old in standins.root.parent.glob("*"):  # other versions' (or half-built) stand-ins
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(standins.root, ignore_errors=True)  # half-built
     standins.root.mkdir(parents=True)
     with tempfile.TemporaryDirectory(dir=standins.root) as scratch:
         work = Path(scratch)

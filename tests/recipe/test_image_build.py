@@ -18,7 +18,8 @@ from pathlib import Path
 from releasebot.builders.kaniko import KANIKO_CAPABILITIES
 from tests.recipe import buildah
 from tests.recipe.buildah import Image
-from tests.recipe.mirror import VERSION, Key
+from tests.recipe.conftest import DriverBase
+from tests.recipe.mirror import Key
 from tests.recipe.standins import Standins
 
 
@@ -29,6 +30,8 @@ def vermagic(path: Path) -> str:
 
 
 def test_the_build_ran_every_step(image: Image, standins: Standins, keys: tuple[Key, Key]) -> None:
+    """The per-release build: the Flatcar inputs, the compile and packing; never the
+    runfile's download nor nvidia-installer (the base's)."""
     log = image.log
     for name in (
         "flatcar-container.tar.gz",
@@ -41,12 +44,35 @@ def test_the_build_ran_every_step(image: Image, standins: Standins, keys: tuple[
     assert "module types: both (kernel kernel-open)" in log
     assert "kernel: packed and checked" in log
     assert "kernel-open: packed and checked" in log
-    assert "laying out PLACEHOLDER user space" in log
     assert "build-modules: ERROR" not in log
+    assert "stripped nv-linux.o: " in log
+    assert "NVIDIA-Linux-" not in log  # no runfile downloaded, checked or extracted
+    assert "nvidia-installer" not in log
+    assert "laying out PLACEHOLDER user space" not in log
+
+
+def test_the_driver_base_ran_every_step(driver_base: DriverBase, standins: Standins) -> None:
+    """The base: the runfile downloaded once, the cores stripped, the user space installed."""
+    log = driver_base.log
+    assert f"NVIDIA-Linux-x86_64-{standins.driver_version}.run: no SHA256 pinned" in log
+    for flavour in ("kernel", "kernel-open"):
+        assert f"{flavour}: stripped nv-kernel.o_binary: " in log
+        assert f"{flavour}: stripped nv-modeset-kernel.o_binary: " in log
+    assert "driver base laid out: /opt/nvidia-driver" in log
+    assert "laying out PLACEHOLDER user space" in log
+    config = json.loads(
+        subprocess.run(
+            buildah.buildah("inspect", "--type", "image", driver_base.name),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )["OCIv1"]["config"]
+    assert config["Labels"]["releasebot.driver-base"] == f"{standins.driver_version}/amd64"
 
 
 def test_the_image_is_what_the_operator_and_the_bot_expect(
-    image: Image, standins: Standins
+    image: Image, standins: Standins, flatcar_version: str
 ) -> None:
     config = json.loads(
         subprocess.run(
@@ -59,7 +85,7 @@ def test_the_image_is_what_the_operator_and_the_bot_expect(
     assert config["Entrypoint"] == ["nvidia-driver"]
     assert config["Cmd"] == ["init"]
     assert config["Labels"]["releasebot.kernel-version"] == standins.kernel_version
-    assert config["Labels"]["releasebot.flatcar-version"] == VERSION
+    assert config["Labels"]["releasebot.flatcar-version"] == flatcar_version
     assert config["Labels"]["releasebot.driver-version"] == standins.driver_version
     env = dict(item.split("=", 1) for item in config["Env"])
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
@@ -86,7 +112,13 @@ def test_opt_nvidia_driver_holds_both_flavours(image: Image, standins: Standins)
             check=True,
         ).stdout
         assert f"proc version: {info['KERNEL_BANNER']}\n" in listing
-        assert (driver / flavour / "nvidia" / "nv-kernel.o_binary").stat().st_size > 0
+        core = driver / flavour / "nvidia" / "nv-kernel.o_binary"
+        assert core.stat().st_size > 0
+        # Stripped: no DWARF left in the core the node links with.
+        sections = subprocess.run(
+            ["objdump", "-h", str(core)], capture_output=True, text=True, check=True
+        ).stdout
+        assert ".debug_info" not in sections
     assert sorted(path.name for path in (driver / "firmware").iterdir()) == [
         "gsp_ga10x.bin",
         "gsp_tu10x.bin",
@@ -116,6 +148,10 @@ def test_every_packed_module_is_for_the_target_kernel(
         assert {path.name for path in modules} >= {"nvidia-uvm.ko", "nvidia-drm.ko"}
         for module in modules:
             assert vermagic(module).startswith(f"{kv} "), module
+            sections = subprocess.run(
+                ["objdump", "-h", str(module)], capture_output=True, text=True, check=True
+            ).stdout
+            assert ".debug_info" not in sections, module
     shipped = list((driver / "modroot" / "lib" / "modules" / kv / "kernel").rglob("*.ko.xz"))
     assert shipped
     for module in shipped[:5]:

