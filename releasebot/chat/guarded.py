@@ -22,6 +22,7 @@ from datetime import timedelta
 
 from releasebot.chat.slack import CommandRunner, Payload, ephemeral
 from releasebot.domain.targets.commands import Command, Verb
+from releasebot.edge.stop import Stopped
 
 Hold = Callable[[], AbstractContextManager[bool]]
 """Holds the cycle guard for a block; yields False at once while anyone else holds it."""
@@ -57,7 +58,13 @@ class GuardedCommands:
         while True:
             with self._hold() as held:
                 if held:
-                    return self._inner.run(command, user)
+                    try:
+                        return self._inner.run(command, user)
+                    except Stopped:  # the shutdown ended the cycle's waits, this one's too
+                        return ephemeral(
+                            f"`{command}` was stopped: releasebot is shutting down. Ask again"
+                            " in a minute."
+                        )
             if self._monotonic() >= deadline:
                 return ephemeral(
                     f"`{command}` was not run: a build cycle has been running for more than"

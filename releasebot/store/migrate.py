@@ -37,6 +37,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 
 from releasebot.domain.shared.errors import StoreError
+from releasebot.edge.redact import redact
 from releasebot.edge.text import one_line
 from releasebot.store.engine import MIGRATION_LOCK, lock_writes, make_engine, transaction
 from releasebot.store.tables import metadata
@@ -112,7 +113,9 @@ def upgrade_apart(engine: Engine, timeout: float = CHILD_TIMEOUT) -> None:
         return
     try:
         done = subprocess.run(  # noqa: S603 - this interpreter, a fixed program
-            [sys.executable, "-c", _CHILD],
+            # -P: not the working directory first on sys.path (whose modules would read the
+            # URL on stdin); the interpreter's own packages only.
+            [sys.executable, "-P", "-c", _CHILD],
             input=url,
             capture_output=True,
             text=True,
@@ -126,7 +129,7 @@ def upgrade_apart(engine: Engine, timeout: float = CHILD_TIMEOUT) -> None:
         ) from error
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
-        reason = one_line(lines[-1]) if lines else f"exit status {done.returncode}"
+        reason = redact(one_line(lines[-1])) if lines else f"exit status {done.returncode}"
         raise StoreError(f"state store: migration failed: {reason}")
 
 
@@ -148,13 +151,15 @@ def _shared_address(url: str) -> URL | None:
 def child_upgrade() -> int:
     """The child's side of ``upgrade_apart``: the URL from stdin, one line on failure."""
     from releasebot.domain.shared.errors import ReleasebotError
-    from releasebot.edge.redact import redact
 
     url = sys.stdin.readline().strip()
     try:
         upgrade(url)
     except ReleasebotError as error:
         sys.stderr.write(redact(one_line(str(error))) + "\n")
+        return 1
+    except Exception as error:  # noqa: BLE001 - a migration script's own failure, in one line
+        sys.stderr.write(redact(one_line(f"{type(error).__name__}: {error}")) + "\n")
         return 1
     return 0
 

@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the coverage page's JSON API (``/api/openapi.json``).
 
-Written by hand next to the answers it describes (``domain/overview*.py`` build them); the
+Written by hand next to the answers it describes (``domain/views/overview*.py`` build them); the
 tests validate real answers against the document as served, with every object closed
 (``additionalProperties: false``), so a field added on one side only fails a test.
 """

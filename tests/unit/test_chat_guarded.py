@@ -18,6 +18,7 @@ from releasebot.chat.commands import parse_command
 from releasebot.chat.guarded import GuardedCommands
 from releasebot.chat.slack import Payload
 from releasebot.domain.targets.commands import Command
+from releasebot.edge.stop import Stopped
 
 TAG = "580.178.04-flatcar4593.2.5"
 
@@ -53,3 +54,20 @@ def test_the_other_commands_run_at_once(text: str) -> None:
     guarded = GuardedCommands(inner, taken, wait=timedelta(0), poll=timedelta(0))
     assert guarded.run(parse_command(text), "U1") == {"text": "done"}
     assert inner.ran == [text.split()[0]]
+
+
+def test_a_command_the_shutdown_stops_is_answered_not_dropped() -> None:
+    """The commands share the cycle's halt: a shutdown ends their waits with ``Stopped``
+    (a BaseException no handler catches), and the person who was told "queued" is told why."""
+
+    class Stopping(Inner):
+        def run(self, command: Command, user: str) -> Payload:
+            raise Stopped
+
+    @contextmanager
+    def free() -> Iterator[bool]:
+        yield True
+
+    guarded = GuardedCommands(Stopping(), free, wait=timedelta(0), poll=timedelta(0))
+    answer = guarded.run(parse_command("plan"), "U1")
+    assert "was stopped: releasebot is shutting down" in answer["text"]
