@@ -291,6 +291,18 @@ def vermagic(path: Path) -> str:
     ).stdout.strip()
 
 
+def unpack(mkprecompiled: Path, inputs: Inputs, flavour: str, into: Path) -> Path:
+    """``into``, holding what ``mkprecompiled --unpack`` takes out of ``flavour``'s package."""
+    package = inputs.out / flavour / "precompiled" / f"nvidia-modules-{KV}"
+    into.mkdir()
+    subprocess.run(
+        [str(mkprecompiled), "--unpack", str(package), "-o", str(into)],
+        check=True,
+        capture_output=True,
+    )
+    return into
+
+
 def test_both_flavours_are_packed_with_the_kernels_vermagic(
     tmp_path: Path, mkprecompiled: Path
 ) -> None:
@@ -303,13 +315,7 @@ def test_both_flavours_are_packed_with_the_kernels_vermagic(
             [str(mkprecompiled), "--info", str(package)], capture_output=True, text=True
         ).stdout
         assert f"proc version: {BANNER}" in info
-        unpacked = tmp_path / f"unpacked-{name}"
-        unpacked.mkdir()
-        subprocess.run(
-            [str(mkprecompiled), "--unpack", str(package), "-o", str(unpacked)],
-            check=True,
-            capture_output=True,
-        )
+        unpacked = unpack(mkprecompiled, inputs, name, tmp_path / f"unpacked-{name}")
         # The packed interfaces now carry the vermagic kbuild keeps in .module-common.o.
         assert vermagic(unpacked / "nv-linux.o") == VERMAGIC.strip()
         assert vermagic(unpacked / "nv-modeset-linux.o") == VERMAGIC.strip()
@@ -334,19 +340,7 @@ def test_link_time_objtool_is_run_on_the_interfaces(tmp_path: Path, mkprecompile
     assert result.returncode == 0, result.stderr
     assert "ran kbuild's link-time objtool on nv-linux.o" in result.stderr
     assert "ran kbuild's link-time objtool on nv-modeset-linux.o" in result.stderr
-    unpacked = tmp_path / "unpacked"
-    unpacked.mkdir()
-    subprocess.run(
-        [
-            str(mkprecompiled),
-            "--unpack",
-            str(inputs.out / "kernel-open" / "precompiled" / f"nvidia-modules-{KV}"),
-            "-o",
-            str(unpacked),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    unpacked = unpack(mkprecompiled, inputs, "kernel-open", tmp_path / "unpacked")
     assert " .return_sites " in sections(unpacked / "nv-linux.o")
     assert " .return_sites " in sections(unpacked / "nv-modeset-linux.o")
 
@@ -454,19 +448,7 @@ def test_the_packed_interfaces_and_modules_are_stripped_and_keep_their_vermagic(
     result = inputs.build("--module-types", "open")
     assert result.returncode == 0, result.stderr
     assert "stripped nv-linux.o: " in result.stderr
-    unpacked = tmp_path / "unpacked"
-    unpacked.mkdir()
-    subprocess.run(
-        [
-            str(mkprecompiled),
-            "--unpack",
-            str(inputs.out / "kernel-open" / "precompiled" / f"nvidia-modules-{KV}"),
-            "-o",
-            str(unpacked),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    unpacked = unpack(mkprecompiled, inputs, "kernel-open", tmp_path / "unpacked")
     for name in ("nv-linux.o", "nv-modeset-linux.o", "nvidia-uvm.ko"):
         assert not has_debug_info(unpacked / name), name
         assert vermagic(unpacked / name) == VERMAGIC.strip(), name
